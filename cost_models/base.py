@@ -1,0 +1,95 @@
+"""The cost-model interface the simulator and the policies speak.
+
+All functions are vectorised over groups (numpy arrays): the simulator prices a whole plan in a few array
+operations, never per token or per sequence in Python. Times are seconds *per pipeline stage* (the stage's
+``layers_per_stage`` layers) for one rank of a CP group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from cost_models.specs import JobSpec
+
+ENGINE_RING, ENGINE_ULYSSES, ENGINE_HYBRID = "ring", "ulysses", "hybrid"
+
+
+@dataclass(frozen=True)
+class GroupBatch:
+    """Flattened CP groups of a plan (or of candidate placements).
+
+    ``seq_len[i]`` is sequence i's length in tokens and ``seq_group[i]`` the index of its group; per group:
+    ``size`` (CP degree c), ``ulysses`` (inner all-to-all degree u; the ring degree is c / u) and
+    ``first_rank`` (pool index of its first member, used for topology).
+    """
+
+    seq_len: np.ndarray  # int64 [n]
+    seq_group: np.ndarray  # int64 [n]
+    size: np.ndarray  # int64 [G]
+    ulysses: np.ndarray  # int64 [G]
+    first_rank: np.ndarray  # int64 [G]
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.size.shape[0])
+
+    def tokens(self) -> np.ndarray:
+        """Σ L over each group's sequences (float64 [G])."""
+        return np.bincount(self.seq_group, weights=self.seq_len, minlength=self.num_groups)
+
+    def tokens_per_rank(self) -> np.ndarray:
+        return self.tokens() / self.size
+
+
+@dataclass(frozen=True)
+class GroupCosts:
+    """Per group, for one rank of the group at one stage (seconds): compute and *exposed* CP communication,
+    forward and backward."""
+
+    fwd_compute_s: np.ndarray
+    fwd_comm_s: np.ndarray
+    bwd_compute_s: np.ndarray
+    bwd_comm_s: np.ndarray
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.fwd_compute_s + self.fwd_comm_s + self.bwd_compute_s + self.bwd_comm_s
+
+
+class CostModel(Protocol):
+    """Prices operations of a job. Implementations: ``AnalyticCostModel`` (DESIGN §5, calibrated) and
+    ``ConstantCostModel`` (tests)."""
+
+    job: JobSpec
+
+    def group_costs(self, groups: GroupBatch, stage: int = 0) -> GroupCosts:
+        """Compute and exposed CP communication of each group at ``stage``."""
+        ...
+
+    def pp_transfer_s(self, tokens_per_rank: np.ndarray, stage: int) -> np.ndarray:
+        """Time to send one microbatch's activations (or gradients) of ``tokens_per_rank`` tokens per rank
+        from ``stage`` to its neighbour."""
+        ...
+
+    def grad_sync_s(self, stage: int) -> float:
+        """Reduce-scatter + all-gather of the stage's gradients / parameters over the pool."""
+        ...
+
+    def optimizer_s(self, stage: int) -> float:
+        """The optimizer step on one rank's shard."""
+        ...
+
+    def max_tokens_per_rank(self) -> int:
+        """Per-rank token budget of one microbatch (from memory, unless the job overrides it)."""
+        ...
+
+    def peak_memory_gb(self, max_tokens_in_flight: np.ndarray, stage: int) -> np.ndarray:
+        """Peak memory per rank given the tokens of its in-flight microbatches summed (10^9 bytes)."""
+        ...
+
+    def model_flops(self, lengths: np.ndarray) -> float:
+        """Model FLOPs of one training step over sequences of ``lengths`` (forward + backward, all layers)."""
+        ...

@@ -1,0 +1,69 @@
+"""The plan validator (DESIGN §3): every policy's output goes through it in tests and in the CLI."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from policies.errors import PlanError
+from policies.plan import BatchLike, Plan
+
+_EPS = 1e-9
+
+
+def validate_plan(plan: Plan, batch: BatchLike, *, max_tokens_per_rank: Optional[float] = None,
+                  kv_heads_per_rank: Optional[int] = None, heads_per_rank: Optional[int] = None) -> None:
+    """Raise :class:`PlanError` naming the first broken invariant; return None for a valid plan.
+
+    Checks: every sequence of the batch appears exactly once and no unknown id appears; groups of a
+    microbatch are disjoint and use only ranks ``0..W-1``; engine sizes multiply to the group size; the
+    Ulysses degree divides the (KV) heads per rank; per-rank tokens (Σ L / degree over the rank's groups in
+    one microbatch) stay within ``max_tokens_per_rank``.
+    """
+    W = plan.pool_size
+    if W < 1:
+        raise PlanError(f"plan.pool_size = {W} must be ≥ 1")
+    length_of = dict(zip(np.asarray(batch.seq_ids).tolist(), np.asarray(batch.lengths).tolist()))
+    seen: dict[int, int] = {}
+    for k, mb in enumerate(plan.microbatches):
+        rank_tokens = np.zeros(W)
+        used = np.zeros(W, dtype=bool)
+        for j, g in enumerate(mb.groups):
+            where = f"microbatch {k}, group {j}"
+            if g.size == 0:
+                raise PlanError(f"{where}: a group has no ranks")
+            if len(set(g.ranks)) != g.size:
+                raise PlanError(f"{where}: ranks {g.ranks} repeat a rank")
+            for r in g.ranks:
+                if not 0 <= r < W:
+                    raise PlanError(f"{where}: rank {r} is outside the pool 0..{W - 1}")
+                if used[r]:
+                    raise PlanError(f"{where}: rank {r} is already in another group of this microbatch "
+                                    "(groups must be disjoint)")
+                used[r] = True
+            if g.engine.size != g.size:
+                raise PlanError(f"{where}: engine {g.engine} has size {g.engine.size} "
+                                f"(ulysses {g.engine.ulysses} x ring {g.engine.ring}) but the group has "
+                                f"{g.size} ranks")
+            u = g.engine.ulysses
+            for what, n in (("KV heads", kv_heads_per_rank), ("heads", heads_per_rank)):
+                if n is not None and u > 1 and n % u:
+                    raise PlanError(f"{where}: Ulysses degree {u} does not divide the {what} per rank ({n})")
+            total = 0
+            for s in g.seq_ids:
+                if s not in length_of:
+                    raise PlanError(f"{where}: sequence id {s} is not in the batch")
+                if s in seen:
+                    raise PlanError(f"{where}: sequence id {s} is duplicated (already in microbatch {seen[s]})")
+                seen[s] = k
+                total += length_of[s]
+            rank_tokens[list(g.ranks)] += total / g.size
+        if max_tokens_per_rank is not None:
+            worst = int(np.argmax(rank_tokens))
+            if rank_tokens[worst] > max_tokens_per_rank * (1 + _EPS):
+                raise PlanError(f"microbatch {k}: rank {worst} holds {rank_tokens[worst]:.0f} tokens, over the "
+                                f"memory budget of {max_tokens_per_rank} tokens per rank")
+    missing = [s for s in length_of if s not in seen]
+    if missing:
+        raise PlanError(f"{len(missing)} sequence(s) of the batch are missing from the plan, e.g. id {missing[0]}")
