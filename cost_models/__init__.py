@@ -1,1 +1,14 @@
-"""cost_models package."""
+"""Cost models: specs and presets of models, GPUs and jobs; compute, communication and memory costs;
+calibration. Imports nothing else of the project."""
+
+from cost_models.analytic import AnalyticCostModel
+from cost_models.base import CostModel, GroupBatch, GroupCosts
+from cost_models.calibration import Calibration, default_calibration
+from cost_models.constant import ConstantCostModel
+from cost_models.errors import CalibrationError, InfeasibleError, SpecError
+from cost_models.presets import get_gpu, get_model
+from cost_models.specs import GPUSpec, JobSpec, ModelSpec
+
+__all__ = ["AnalyticCostModel", "Calibration", "CalibrationError", "ConstantCostModel", "CostModel", "GPUSpec",
+           "GroupBatch", "GroupCosts", "InfeasibleError", "JobSpec", "ModelSpec", "SpecError",
+           "default_calibration", "get_gpu", "get_model"]

@@ -1,0 +1,147 @@
+"""The analytic cost model of DESIGN §5, driven by a :class:`~cost_models.calibration.Calibration`.
+
+Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer groups), for one rank, one stage of
+``layers_per_stage`` layers:
+
+* Linear layers: (Σ L / c) tokens · 4h²(1 + g/a) + 6hf FLOPs / t per layer, at the GEMM efficiency of that
+  token count. Backward 2x.
+* Attention: with dual-chunk balancing every rank does 1/c of Σ 2·L²·d·a / t; the kernel's efficiency is that
+  of blocks of L / r tokens (a ring step pairs chunks of L / r; Ulysses gives each rank whole sequences with
+  a/u heads). Backward 2.5x forward.
+* Ring (p2p): r − 1 steps; each sends this rank's K and V chunk, 2 · (Σ L / r) · (g/(t·u)) · d · 2 bytes
+  (twice that in backward: K, V out and dK, dV back), while the previous block computes; only
+  max(0, transfer − block compute) per step is exposed.
+* Ulysses (all-to-all): 4 all-to-alls per layer forward (Q, K, V, O) and 4 backward, fully exposed; the
+  per-rank buffer is (Σ L / c) · heads · d · 2 bytes.
+* Link class: a ring whose group spans nodes runs at the network rate; the inner Ulysses group at NVLink
+  rate when its u ranks share a node (cost_models.topology).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from cost_models.base import GroupBatch, GroupCosts
+from cost_models.calibration import Calibration, default_calibration
+from cost_models.flops import (ATTENTION_BWD_FACTOR, LINEAR_BWD_FACTOR, attention_fwd_flops,
+                               linear_fwd_flops_per_token, model_flops)
+from cost_models.memory import memory_budget_tokens, model_state_bytes, peak_memory_bytes, stage_params
+from cost_models.specs import JobSpec
+from cost_models.topology import node_of, spans_nodes
+
+BF16_BYTES = 2.0
+OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam over fp32 master + 2 moments + bf16 grad/param, read and written
+
+
+@dataclass(frozen=True)
+class AnalyticCostModel:
+    """Closed-form costs of DESIGN §5 with calibrated kernel and link curves."""
+
+    job: JobSpec
+    calibration: Optional[Calibration] = None
+    _cal: Calibration = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_cal", self.calibration or default_calibration(self.job.gpu))
+
+    @property
+    def cal(self) -> Calibration:
+        return self._cal
+
+    # ---- one CP group ----------------------------------------------------------------------------------
+    def group_costs(self, groups: GroupBatch, stage: int = 0) -> GroupCosts:
+        job, m, cal = self.job, self.job.model, self._cal
+        nl, t = job.layers_per_stage, job.tp
+        gid = groups.seq_group
+        size = groups.size.astype(np.float64)
+        u = groups.ulysses.astype(np.float64)
+        r = size / u
+        tokens = groups.tokens()
+        tpr = tokens / size
+
+        lin_flops = tpr * linear_fwd_flops_per_token(m) / t * nl
+        lin_f = cal.gemm.seconds(lin_flops, tpr)
+
+        L = groups.seq_len.astype(np.float64)
+        att_flops = attention_fwd_flops(L, m) / t / size[gid] * nl
+        block = L / r[gid]
+        G = groups.num_groups
+        att_f = np.bincount(gid, weights=cal.attn_fwd.seconds(att_flops, block), minlength=G)
+        att_b = np.bincount(gid, weights=cal.attn_bwd.seconds(ATTENTION_BWD_FACTOR * att_flops, block),
+                            minlength=G)
+
+        crosses = spans_nodes(job, stage, groups.first_rank, groups.size)
+        ring_f, ring_b = self._ring_exposed(tokens, r, u, att_f / nl, att_b / nl, crosses)
+        inner_crosses = spans_nodes(job, stage, groups.first_rank, groups.ulysses)
+        a2a = self._ulysses_time(tpr, u, inner_crosses)
+        return GroupCosts(
+            fwd_compute_s=lin_f + att_f,
+            fwd_comm_s=(ring_f + a2a) * nl,
+            bwd_compute_s=LINEAR_BWD_FACTOR * lin_f + att_b,
+            bwd_comm_s=(ring_b + a2a) * nl,
+        )
+
+    def _ring_exposed(self, tokens, r, u, att_f_layer, att_b_layer, crosses):
+        """Exposed ring time per layer (forward, backward)."""
+        m = self.job.model
+        kv_bytes = 2.0 * (tokens / r) * (self.job.kv_heads_per_rank / u) * m.head_dim * BF16_BYTES
+        nv, net = self._cal.link("send_recv", "nvlink"), self._cal.link("send_recv", "network")
+        step_f = np.where(crosses, net.seconds("send_recv", kv_bytes, 2), nv.seconds("send_recv", kv_bytes, 2))
+        step_b = np.where(crosses, net.seconds("send_recv", 2 * kv_bytes, 2),
+                          nv.seconds("send_recv", 2 * kv_bytes, 2))
+        steps = r - 1
+        exp_f = steps * np.maximum(0.0, step_f - att_f_layer / r)
+        exp_b = steps * np.maximum(0.0, step_b - att_b_layer / r)
+        return np.where(r > 1, exp_f, 0.0), np.where(r > 1, exp_b, 0.0)
+
+    def _ulysses_time(self, tpr, u, crosses):
+        """Four all-to-alls per layer (same forward and backward)."""
+        m, job = self.job.model, self.job
+        q_bytes = tpr * job.heads_per_rank * m.head_dim * BF16_BYTES
+        kv_bytes = tpr * job.kv_heads_per_rank * m.head_dim * BF16_BYTES
+        nv, net = self._cal.link("all_to_all", "nvlink"), self._cal.link("all_to_all", "network")
+
+        def a2a(nbytes):
+            return np.where(crosses, net.seconds("all_to_all", nbytes, u), nv.seconds("all_to_all", nbytes, u))
+
+        return np.where(u > 1, 2 * a2a(q_bytes) + 2 * a2a(kv_bytes), 0.0)
+
+    # ---- pipeline, data parallel, memory ---------------------------------------------------------------
+    def pp_transfer_s(self, tokens_per_rank: np.ndarray, stage: int) -> np.ndarray:
+        """Activations (forward) or their gradients (backward) between ``stage`` and ``stage + 1``:
+        tokens · h · 2 bytes, split over the t GPUs of the TP group by sequence parallelism."""
+        job = self.job
+        nbytes = np.asarray(tokens_per_rank, dtype=np.float64) * job.model.hidden * BF16_BYTES / job.tp
+        crosses = bool(node_of(job, stage, 0) != node_of(job, min(stage + 1, job.pp - 1), 0))
+        return self._cal.link("send_recv", "network" if crosses else "nvlink").seconds("send_recv", nbytes, 2)
+
+    def grad_sync_s(self, stage: int) -> float:
+        """Reduce-scatter of bf16 gradients and all-gather of bf16 parameters over the pool (distributed
+        optimizer), per GPU of the stage's TP shard."""
+        job = self.job
+        nbytes = stage_params(job, stage) / job.tp * BF16_BYTES
+        link = "network" if bool(spans_nodes(job, stage, 0, job.pool)) else "nvlink"
+        rs = self._cal.link("reduce_scatter", link).seconds("reduce_scatter", nbytes, job.pool)
+        ag = self._cal.link("all_gather", link).seconds("all_gather", nbytes, job.pool)
+        return float(rs + ag)
+
+    def optimizer_s(self, stage: int) -> float:
+        """Adam on one GPU's shard, bound by HBM bandwidth."""
+        job = self.job
+        shard = stage_params(job, stage) / job.tp / job.pool
+        return float(shard * OPTIMIZER_BYTES_PER_PARAM / (job.gpu.hbm_bw_gbs * 1e9))
+
+    def max_tokens_per_rank(self) -> int:
+        return memory_budget_tokens(self.job)
+
+    def peak_memory_gb(self, max_tokens_in_flight: np.ndarray, stage: int) -> np.ndarray:
+        return peak_memory_bytes(self.job, stage, max_tokens_in_flight) / 1e9
+
+    def model_state_gb(self, stage: int) -> float:
+        return model_state_bytes(self.job, stage) / 1e9
+
+    def model_flops(self, lengths: np.ndarray) -> float:
+        return model_flops(lengths, self.job.model)

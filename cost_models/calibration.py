@@ -1,0 +1,150 @@
+"""Calibration: the fitted curves the analytic cost model reads at simulation time (O(1) look-ups).
+
+* Kernel throughput against size follows a saturating curve, TFLOP/s(x) = peak · x / (x + half): for
+  attention, x is the block length in tokens (it fits published FlashAttention-3 H100 figures: causal forward
+  peak ≈ 649, half ≈ 567 tokens); for GEMMs, x is the tokens of the GEMM.
+* Collectives follow an α–β model per (operation, link class): t = base + (n−1)·hop + bytes·factor / busbw,
+  where ``bytes`` is the nccl-tests buffer size, factor = (n−1)/n for all-gather, reduce-scatter and
+  all-to-all, 2(n−1)/n for all-reduce, 1 for a point-to-point send/recv (NCCL's bus-bandwidth convention).
+  Base and per-hop latencies follow NCCL's tuning model (src/graph/tuning.cc: about 8.4 µs base, 3.4 µs per
+  NVLink hop, 14 µs per network hop).
+
+Defaults come from the shipped calibration JSON of the GPU when present (``cost_models/data``), else from the
+published figures above; ``dcpsim calibrate`` produces the same JSON from profile tables.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from cost_models.errors import CalibrationError
+from cost_models.specs import GPUSpec
+
+LINKS = ("nvlink", "network")
+COLLECTIVES = ("send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce")
+_FACTOR = {"send_recv": None, "all_to_all": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_reduce": 2.0}
+DATA_DIR = Path(__file__).parent / "data"
+
+
+@dataclass(frozen=True)
+class SaturatingCurve:
+    """TFLOP/s(x) = peak_tflops · x / (x + half): ``half`` is the size (tokens) reaching half of the peak."""
+
+    peak_tflops: float
+    half: float
+
+    def tflops(self, x: np.ndarray | float) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return self.peak_tflops * x / (x + self.half)
+
+    def seconds(self, flops: np.ndarray | float, x: np.ndarray | float) -> np.ndarray:
+        """Time of ``flops`` at size ``x``; zero where there is no work."""
+        x = np.maximum(np.asarray(x, dtype=np.float64), 1e-9)
+        return np.asarray(flops, dtype=np.float64) * (x + self.half) / (self.peak_tflops * 1e12 * x)
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """α–β model of one collective on one link class (seconds, GB/s)."""
+
+    base_s: float
+    hop_s: float
+    busbw_gbs: float
+
+    def seconds(self, op: str, nbytes: np.ndarray | float, n: np.ndarray | int) -> np.ndarray:
+        """Time of collective ``op`` over ``n`` ranks with an nccl-tests buffer of ``nbytes``; 0 when n ≤ 1."""
+        nbytes = np.asarray(nbytes, dtype=np.float64)
+        n = np.asarray(n, dtype=np.float64)
+        if op == "send_recv":
+            factor = np.ones_like(n)
+            hops = np.ones_like(n)
+        else:
+            factor = _FACTOR[op] * (n - 1) / np.maximum(n, 1)
+            hops = n - 1
+        t = self.base_s + hops * self.hop_s + nbytes * factor / (self.busbw_gbs * 1e9)
+        return np.where(n > 1, t, 0.0)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Everything measured about one GPU kind that the analytic model needs."""
+
+    name: str
+    attn_fwd: SaturatingCurve  # causal forward, x = block length (tokens)
+    attn_bwd: SaturatingCurve  # causal backward, x = block length (tokens)
+    gemm: SaturatingCurve  # x = tokens of the GEMM
+    comm: Mapping[str, LinkModel] = field(default_factory=dict)  # key "op:link"
+    source: str = ""
+
+    def link(self, op: str, link: str) -> LinkModel:
+        if op not in COLLECTIVES or link not in LINKS:
+            raise CalibrationError(f"no collective {op!r} on link {link!r}; valid ops: {', '.join(COLLECTIVES)}; "
+                                   f"links: {', '.join(LINKS)}")
+        for key in (f"{op}:{link}", f"send_recv:{link}"):
+            if key in self.comm:
+                return self.comm[key]
+        raise CalibrationError(f"calibration {self.name!r} has no model for {op} on {link}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["comm"] = {k: asdict(v) for k, v in self.comm.items()}
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @staticmethod
+    def from_dict(d: Mapping, origin: str = "calibration") -> "Calibration":
+        try:
+            return Calibration(
+                name=str(d["name"]),
+                attn_fwd=SaturatingCurve(**d["attn_fwd"]),
+                attn_bwd=SaturatingCurve(**d["attn_bwd"]),
+                gemm=SaturatingCurve(**d["gemm"]),
+                comm={str(k): LinkModel(**v) for k, v in d.get("comm", {}).items()},
+                source=str(d.get("source", "")),
+            )
+        except (KeyError, TypeError) as e:
+            raise CalibrationError(f"{origin}: missing or malformed field {e}; expected keys name, attn_fwd, "
+                                   "attn_bwd, gemm (each with peak_tflops, half) and comm") from None
+
+    @staticmethod
+    def load(path: str | Path) -> "Calibration":
+        p = Path(path)
+        try:
+            return Calibration.from_dict(json.loads(p.read_text()), origin=str(p))
+        except OSError as e:
+            raise CalibrationError(f"cannot read calibration file {p}: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise CalibrationError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+def published_calibration(gpu: GPUSpec) -> Calibration:
+    """Calibration from published figures alone (DESIGN §5; sources in the module docstring)."""
+    nv = LinkModel(base_s=8.4e-6, hop_s=3.4e-6, busbw_gbs=gpu.nvlink_gbs)
+    net = LinkModel(base_s=8.4e-6, hop_s=14e-6, busbw_gbs=gpu.network_gbs)
+    comm = {f"{op}:nvlink": nv for op in COLLECTIVES} | {f"{op}:network": net for op in COLLECTIVES}
+    scale = gpu.peak_bf16_tflops / 989.0
+    return Calibration(
+        name=f"{gpu.name}-published",
+        attn_fwd=SaturatingCurve(649.0 * scale, 567.0),
+        attn_bwd=SaturatingCurve(561.0 * scale, 700.0),
+        gemm=SaturatingCurve(0.8 * gpu.peak_bf16_tflops, 192.0),
+        comm=comm,
+        source="FlashAttention-3 paper (Shah et al. 2024) H100 figures; GEMMs at 80% of peak (Llama 3 paper); "
+               "NCCL latency model and nccl-tests bus bandwidths",
+    )
+
+
+def default_calibration(gpu: GPUSpec) -> Calibration:
+    """The shipped calibration of ``gpu`` (``cost_models/data/calibration_<gpu>.json``) or, failing that, the
+    published figures."""
+    path = DATA_DIR / f"calibration_{gpu.name}.json"
+    if path.exists():
+        return Calibration.load(path)
+    return published_calibration(gpu)

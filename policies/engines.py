@@ -1,0 +1,64 @@
+"""Choosing a CP engine for a group: ``ring``, ``ulysses``, ``hybrid`` (Ulysses inside a node, ring across)
+or ``auto`` (the cheapest of the valid ones under the cost model). Shared by every policy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models.base import CostModel, GroupBatch
+from cost_models.specs import JobSpec
+from policies.errors import PolicyError
+from policies.plan import Engine
+
+ENGINE_CHOICES = ("ring", "ulysses", "hybrid", "auto")
+
+
+def check_engine_choice(kind: str) -> None:
+    if kind not in ENGINE_CHOICES:
+        raise PolicyError(f"cp_engine = {kind!r} is unknown; valid: {', '.join(ENGINE_CHOICES)}")
+
+
+def ulysses_degrees(size: int, job: JobSpec) -> list[int]:
+    """Valid inner Ulysses degrees u for a group of ``size`` ranks: u divides the group size and the KV heads
+    per TP rank, and u ranks (u·t GPUs) fit in one node."""
+    kvh = job.kv_heads_per_rank
+    node_ranks = max(1, job.gpu.gpus_per_node // job.tp)
+    return [u for u in range(1, size + 1) if size % u == 0 and kvh % u == 0 and u <= node_ranks]
+
+
+def engine_for(kind: str, size: int, job: JobSpec, cost_model: CostModel | None = None,
+               tokens: np.ndarray | None = None, first_rank: int = 0) -> Engine:
+    """The engine of ``kind`` for a group of ``size`` ranks.
+
+    ``ulysses`` needs the size to divide the KV heads per rank (else PolicyError). ``hybrid`` takes the largest
+    valid inner degree. ``auto`` prices every valid (u, r) split for the group's sequence lengths ``tokens``
+    with ``cost_model`` and keeps the cheapest (ties: the smaller u).
+    """
+    check_engine_choice(kind)
+    if size == 1 or kind == "ring":
+        return Engine.for_size("ring", size)
+    us = ulysses_degrees(size, job)
+    if kind == "ulysses":
+        if size not in us:
+            raise PolicyError(f"a Ulysses group of {size} ranks needs {size} to divide the KV heads per rank "
+                              f"({job.kv_heads_per_rank}) and fit in a node; use cp_engine hybrid or auto")
+        return Engine.for_size("ulysses", size)
+    if kind == "hybrid" or cost_model is None or tokens is None:
+        u = max(us)
+    else:
+        u = cheapest_ulysses(size, us, cost_model, np.asarray(tokens), first_rank)
+    if u == 1:
+        return Engine.for_size("ring", size)
+    if u == size:
+        return Engine.for_size("ulysses", size)
+    return Engine.for_size("hybrid", size, ulysses=u)
+
+
+def cheapest_ulysses(size: int, us: list[int], cost_model: CostModel, lengths: np.ndarray,
+                     first_rank: int = 0) -> int:
+    """The inner degree among ``us`` that minimises the group's forward + backward time."""
+    k, n = len(us), len(lengths)
+    gb = GroupBatch(seq_len=np.tile(lengths.astype(np.int64), k), seq_group=np.repeat(np.arange(k), n),
+                    size=np.full(k, size), ulysses=np.asarray(us), first_rank=np.full(k, first_rank))
+    total = cost_model.group_costs(gb).total_s
+    return us[int(np.argmin(total))]

@@ -1,0 +1,81 @@
+"""Static CP (DESIGN §4.1): one CP degree c for every sequence.
+
+The pool is W / c data-parallel replicas. Documents, in data order, are packed first-fit into context windows
+of the job's context length (documents never exceed it: batching already cut longer ones); windows are dealt to
+the replicas round-robin and each replica runs its windows as its microbatches, so microbatch k holds windows
+k·R .. k·R + R − 1 on replicas 0 .. R − 1 (the last microbatch may leave replicas idle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from cost_models.base import CostModel
+from cost_models.errors import InfeasibleError
+from cost_models.specs import JobSpec
+from policies.engines import check_engine_choice, engine_for
+from policies.errors import PolicyError
+from policies.plan import BatchLike, CPGroup, Plan, make_plan
+from policies.registry import register_policy
+
+
+def pack_first_fit(lengths: np.ndarray, capacity: int) -> list[list[int]]:
+    """Positions of ``lengths`` packed first-fit, in order, into bins of ``capacity`` tokens."""
+    room = np.empty(0, dtype=np.int64)
+    bins: list[list[int]] = []
+    for i, L in enumerate(lengths.tolist()):
+        if L > capacity:
+            raise PolicyError(f"sequence at position {i} has {L} tokens, longer than the context window "
+                              f"{capacity}; cut documents at the context length first")
+        fits = np.flatnonzero(room >= L)
+        if fits.size:
+            b = int(fits[0])
+            room[b] -= L
+            bins[b].append(i)
+        else:
+            room = np.append(room, capacity - L)
+            bins.append([i])
+    return bins
+
+
+def default_degree(job: JobSpec, budget: int) -> int:
+    """The smallest divisor c of the pool with context_len / c ≤ the per-rank budget."""
+    for c in range(1, job.pool + 1):
+        if job.pool % c == 0 and job.context_len / c <= budget:
+            return c
+    raise InfeasibleError(f"a context window of {job.context_len} tokens does not fit even on the whole pool "
+                          f"of {job.pool} ranks at {budget} tokens per rank")
+
+
+@register_policy("static-cp")
+@dataclass(frozen=True)
+class StaticCP:
+    """Fixed CP degree for all sequences; documents packed into context windows."""
+
+    cp_degree: Optional[int] = None
+    cp_engine: str = "ring"
+    name = "static-cp"
+
+    def plan(self, batch: BatchLike, job: JobSpec, cost_model: CostModel) -> Plan:
+        check_engine_choice(self.cp_engine)
+        budget = cost_model.max_tokens_per_rank()
+        c = self.cp_degree or default_degree(job, budget)
+        if c < 1 or job.pool % c:
+            raise PolicyError(f"cp_degree = {c} must divide the pool size {job.pool}")
+        if job.context_len / c > budget:
+            raise InfeasibleError(f"cp_degree = {c}: a context window of {job.context_len} tokens puts "
+                                  f"{job.context_len / c:.0f} tokens on a rank, over the budget of {budget}")
+        ids = np.asarray(batch.seq_ids)
+        lengths = np.asarray(batch.lengths)
+        windows = pack_first_fit(lengths, job.context_len)
+        replicas = job.pool // c
+        engine = engine_for(self.cp_engine, c, job, cost_model, np.array([job.context_len]))
+        mbs = []
+        for k in range(0, len(windows), replicas):
+            mbs.append([CPGroup(tuple(range(j * c, (j + 1) * c)), tuple(int(ids[i]) for i in w), engine)
+                        for j, w in enumerate(windows[k:k + replicas])])
+        return make_plan(self.name, job.pool, mbs, cp_degree=c, max_tokens_per_rank=budget,
+                         windows=len(windows))

@@ -1,0 +1,159 @@
+"""The discrete-event engine: one training iteration of a Plan on p pipeline stages, on simpy.
+
+Semantics (DESIGN §6). Every pool rank of every stage runs its microbatches in non-interleaved 1F1B order,
+skipping microbatches it takes no part in. A CP group's forward (backward) at a stage is one operation of all
+its members: it starts when every member has finished its previous operation on that stage *and* the
+microbatch's activations (gradients) have arrived from the previous (next) stage, the transfer taking
+``pp_transfer_s`` after the producer ends. It lasts the group's compute plus its exposed CP communication,
+times the slowest member's slow-down factor. After its last backward, each stage's pool waits for its slowest
+rank (the DP wait), then runs the gradient sync and the optimizer step; the iteration ends when every stage is
+done.
+
+Event order: simpy's queue orders events by the key (time, priority, event id); every event here has the
+normal priority, so events at the same time fire in the order they were scheduled. Operations that become
+ready at the same instant therefore start in a fixed order (that of the dependencies that freed them), and
+``OpTimes.order`` records it; tests pin it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import numpy as np
+import simpy
+
+from cost_models.base import CostModel
+from sim.flatten import FlatPlan, one_f_one_b_position
+
+
+class SimulationError(RuntimeError):
+    """The engine could not finish an iteration (a dependency cycle: never expected for valid plans)."""
+
+
+@dataclass(frozen=True)
+class OpTimes:
+    """Per operation (index (stage·G + group)·2 + phase, phase 0 = F, 1 = B): its times in seconds."""
+
+    num_stages: int
+    compute: np.ndarray
+    cp_comm: np.ndarray
+    pp_wait: np.ndarray  # exposed PP transfer before the start
+    start: np.ndarray
+    end: np.ndarray
+    order: np.ndarray  # the rank of each operation in the engine's start order
+    sync_start: np.ndarray  # [p] when the stage's slowest rank is done
+    sync_comm: np.ndarray  # [p] gradient reduce-scatter + parameter all-gather
+    sync_end: np.ndarray  # [p] after the optimizer step
+    events: int  # simpy events processed
+
+
+def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Optional[Mapping[int, float]]):
+    """compute[p, G, 2], cp_comm[p, G, 2], pp transfer[p, G] (towards the next stage)."""
+    G = fp.num_groups
+    compute = np.zeros((p, G, 2))
+    comm = np.zeros((p, G, 2))
+    xfer = np.zeros((p, G))
+    tpr = fp.groups.tokens_per_rank()
+    for s in range(p):
+        c = cost_model.group_costs(fp.groups, s)
+        compute[s, :, 0], compute[s, :, 1] = c.fwd_compute_s, c.bwd_compute_s
+        comm[s, :, 0], comm[s, :, 1] = c.fwd_comm_s, c.bwd_comm_s
+        if s < p - 1:
+            xfer[s] = cost_model.pp_transfer_s(tpr, s)
+    if slowdown:
+        factor = np.ones(fp.pool)
+        for r, f in slowdown.items():
+            factor[int(r)] = float(f)
+        g_factor = np.zeros(G)
+        np.maximum.at(g_factor, fp.member_group, factor[fp.member_rank])
+        compute *= g_factor[None, :, None]
+    return compute, comm, xfer
+
+
+def _edges(fp: FlatPlan, p: int, xfer: np.ndarray):
+    """Dependency edges (src op, dst op, delay) as CSR arrays over the 2·p·G operations."""
+    G, m = fp.num_groups, fp.num_microbatches
+    src, dst, delay = [], [], []
+    mrank, mgroup = fp.member_rank, fp.member_group
+    for s in range(p):
+        # Rank order: consecutive operations of each member at this stage.
+        ph = np.repeat(np.array([0, 1]), len(mrank))
+        grp = np.tile(mgroup, 2)
+        rank = np.tile(mrank, 2)
+        pos = one_f_one_b_position(s, p, m, ph, fp.group_mb[grp])
+        op = (s * G + grp) * 2 + ph
+        idx = np.lexsort((pos, rank))
+        same = rank[idx][1:] == rank[idx][:-1]
+        src.append(op[idx][:-1][same])
+        dst.append(op[idx][1:][same])
+        delay.append(np.zeros(int(same.sum())))
+        g = np.arange(G)
+        if s < p - 1:  # activations forward, gradients backward
+            src += [(s * G + g) * 2, ((s + 1) * G + g) * 2 + 1]
+            dst += [((s + 1) * G + g) * 2, (s * G + g) * 2 + 1]
+            delay += [xfer[s], xfer[s]]
+    src, dst, delay = np.concatenate(src), np.concatenate(dst), np.concatenate(delay)
+    n_ops = 2 * p * G
+    key = src * n_ops + dst
+    key, first = np.unique(key, return_index=True)  # a group after a group of the same ranks: one edge
+    src, dst, delay = src[first], dst[first], delay[first]
+    order = np.lexsort((dst, src))
+    src, dst, delay = src[order], dst[order], delay[order]
+    indptr = np.searchsorted(src, np.arange(n_ops + 1))
+    pending = np.bincount(dst, minlength=n_ops)
+    return indptr, dst, delay, pending
+
+
+def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
+            slowdown: Optional[Mapping[int, float]] = None) -> OpTimes:
+    """Run one iteration of ``fp`` on ``num_stages`` stages; return every operation's times."""
+    p, G = num_stages, fp.num_groups
+    compute, comm, xfer = _op_costs(fp, cost_model, p, slowdown)
+    dur = (compute + comm).reshape(-1).tolist()
+    indptr, dst, delay, pending_arr = _edges(fp, p, xfer)
+    indptr_l, dst_l, delay_l = indptr.tolist(), dst.tolist(), delay.tolist()
+    pending = pending_arr.tolist()
+    n_ops = 2 * p * G
+    start, end, ready = [0.0] * n_ops, [0.0] * n_ops, [0.0] * n_ops
+    order: list[int] = []
+    env = simpy.Environment()
+
+    def begin(op: int) -> None:
+        start[op] = env.now
+        order.append(op)
+        env.timeout(dur[op]).callbacks.append(lambda _e, op=op: finish(op))
+
+    def arrive(op: int, dep_end: float) -> None:
+        if dep_end > ready[op]:
+            ready[op] = dep_end
+        pending[op] -= 1
+        if pending[op] == 0:
+            begin(op)
+
+    def finish(op: int) -> None:
+        now = env.now
+        end[op] = now
+        for j in range(indptr_l[op], indptr_l[op + 1]):
+            d = delay_l[j]
+            if d > 0.0:
+                env.timeout(d).callbacks.append(lambda _e, nxt=dst_l[j], t=now: arrive(nxt, t))
+            else:
+                arrive(dst_l[j], now)
+
+    for op in np.flatnonzero(pending_arr == 0).tolist():
+        begin(op)
+    env.run()
+    if len(order) != n_ops:
+        raise SimulationError(f"{n_ops - len(order)} of {n_ops} operations never became ready (dependency cycle)")
+
+    start_a, end_a = np.asarray(start), np.asarray(end)
+    rank_of = np.empty(n_ops, dtype=np.int64)
+    rank_of[np.asarray(order)] = np.arange(n_ops)
+    # Gradient sync per stage: after the slowest rank's last operation.
+    last = end_a.reshape(p, G * 2).max(axis=1) if G else np.zeros(p)
+    sync = np.array([cost_model.grad_sync_s(s) for s in range(p)])
+    opt = np.array([cost_model.optimizer_s(s) for s in range(p)])
+    return OpTimes(p, compute.reshape(-1), comm.reshape(-1), start_a - np.minimum(np.asarray(ready), start_a),
+                   start_a, end_a, rank_of, last, sync, last + sync + opt,
+                   events=int(n_ops + np.count_nonzero(delay > 0)))

@@ -1,0 +1,70 @@
+"""A Plan as flat numpy arrays: what the engine and the cost model consume (no per-sequence Python later)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models.base import GroupBatch
+from policies.errors import PlanError
+from policies.plan import BatchLike, Plan
+
+
+@dataclass(frozen=True)
+class FlatPlan:
+    """Groups of all microbatches, indexed 0..G−1 in plan order, with their members and sequences."""
+
+    pool: int
+    num_microbatches: int
+    group_mb: np.ndarray  # int64 [G] microbatch of each group
+    groups: GroupBatch  # sequences, sizes, Ulysses degrees, first ranks
+    member_rank: np.ndarray  # int64 [Σ sizes] pool ranks of every group, concatenated in group order
+    member_group: np.ndarray  # int64 [Σ sizes] the group of each member
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.group_mb.shape[0])
+
+
+def flatten(plan: Plan, batch: BatchLike) -> FlatPlan:
+    ids = np.asarray(batch.seq_ids, dtype=np.int64)
+    lengths = np.asarray(batch.lengths, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    g_mb, g_size, g_u, g_first, m_rank, m_group, s_id, s_group = [], [], [], [], [], [], [], []
+    gi = 0
+    for k, mb in enumerate(plan.microbatches):
+        for g in mb.groups:
+            g_mb.append(k)
+            g_size.append(g.size)
+            g_u.append(g.engine.ulysses)
+            g_first.append(g.ranks[0])
+            m_rank.extend(g.ranks)
+            m_group.extend([gi] * g.size)
+            s_id.extend(g.seq_ids)
+            s_group.extend([gi] * len(g.seq_ids))
+            gi += 1
+    s_id_arr = np.asarray(s_id, dtype=np.int64)
+    pos = np.searchsorted(sorted_ids, s_id_arr)
+    pos = np.minimum(pos, max(len(sorted_ids) - 1, 0))
+    if len(s_id_arr) and (len(sorted_ids) == 0 or np.any(sorted_ids[pos] != s_id_arr)):
+        bad = s_id_arr[sorted_ids[pos] != s_id_arr][0] if len(sorted_ids) else s_id_arr[0]
+        raise PlanError(f"plan names sequence id {int(bad)}, which is not in the batch")
+    i64 = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+    groups = GroupBatch(seq_len=lengths[order[pos]] if len(s_id_arr) else i64([]), seq_group=i64(s_group),
+                        size=i64(g_size), ulysses=i64(g_u), first_rank=i64(g_first))
+    return FlatPlan(plan.pool_size, plan.num_microbatches, i64(g_mb), groups, i64(m_rank), i64(m_group))
+
+
+def one_f_one_b_position(stage: int, num_stages: int, m: int, phase: np.ndarray, mb: np.ndarray) -> np.ndarray:
+    """Position of (phase, microbatch) in stage ``stage``'s non-interleaved 1F1B order.
+
+    Warm-up runs w = min(p − s − 1, m) forwards; the steady state alternates F(w + i), B(i); the cool-down
+    runs the remaining backwards. ``phase`` is 0 for F and 1 for B.
+    """
+    w = min(num_stages - stage - 1, m)
+    mb = np.asarray(mb, dtype=np.int64)
+    fwd = np.where(mb < w, mb, 2 * mb - w)
+    bwd = np.where(mb < m - w, w + 2 * mb + 1, m + mb)
+    return np.where(np.asarray(phase) == 0, fwd, bwd)

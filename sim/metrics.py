@@ -1,0 +1,105 @@
+"""Metrics of one simulated (or measured) iteration (DESIGN §6; docs/metrics.md defines each).
+
+All per-rank quantities are indexed by (stage, pool rank). Bubbles are fractions of the iteration time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from sim.timeline import Timeline
+
+
+@dataclass(frozen=True)
+class Metrics:
+    iteration_time_s: float
+    tokens: int
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    pipeline_bubble: float  # mean over ranks
+    pipeline_bubble_max: float
+    dp_bubble: float  # mean over ranks
+    dp_bubble_max: float
+    microbatch_skew_max: float  # max over (stage, microbatch) of max/min per-rank compute time
+    microbatch_skew_mean: float
+    cp_comm_s: float  # exposed, mean per rank
+    pp_comm_s: float
+    dp_comm_s: float
+    peak_memory_gib: float  # max over ranks
+    num_microbatches: int
+    scheduling_time_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def per_rank_sums(tl: Timeline) -> dict[str, np.ndarray]:
+    """Seconds per (stage·W + rank) of compute, exposed comm by kind, DP wait and sync."""
+    n = tl.num_stages * tl.pool_size
+    idx = tl["stage"].astype(np.int64) * tl.pool_size + tl["rank"]
+    dur = tl.duration
+    kind, comm = tl["kind"], tl["comm"]
+
+    def total(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(idx[mask], weights=dur[mask], minlength=n)
+
+    return {
+        "compute": total(kind == "compute"),
+        "cp": total((kind == "comm") & (comm == "cp")),
+        "pp": total((kind == "comm") & (comm == "pp")),
+        "dp": total((kind == "comm") & (comm == "dp")),
+        "dp_wait": total(kind == "idle"),
+    }
+
+
+def rank_microbatch_table(tl: Timeline) -> pd.DataFrame:
+    """One row per (stage, rank, microbatch) the rank takes part in: its tokens and its compute seconds
+    (forward + backward), the scatter that shows 'same tokens, very different time'."""
+    mask = (tl["kind"] == "compute") & (tl["microbatch"] >= 0)
+    df = pd.DataFrame({"stage": tl["stage"][mask], "rank": tl["rank"][mask], "microbatch": tl["microbatch"][mask],
+                       "tokens": tl["tokens"][mask], "compute_s": tl.duration[mask], "phase": tl["phase"][mask]})
+    fwd = df[df.phase == "F"].set_index(["stage", "rank", "microbatch"])
+    tot = df.groupby(["stage", "rank", "microbatch"], sort=True)["compute_s"].sum()
+    out = pd.DataFrame({"tokens": fwd["tokens"].reindex(tot.index).to_numpy(), "compute_s": tot.to_numpy()},
+                       index=tot.index).reset_index()
+    return out
+
+
+def microbatch_skew(table: pd.DataFrame) -> np.ndarray:
+    """max/min per-rank compute time of each (stage, microbatch)."""
+    g = table.groupby(["stage", "microbatch"])["compute_s"]
+    mx, mn = g.max().to_numpy(), g.min().to_numpy()
+    return np.where(mn > 0, mx / np.where(mn > 0, mn, 1.0), 1.0)
+
+
+def compute_metrics(tl: Timeline, *, tokens: int, model_flops: float, num_gpus: int, peak_tflops: float,
+                    peak_memory_gib: float, num_microbatches: int, scheduling_time_s: float = 0.0) -> Metrics:
+    T = tl.iteration_time
+    s = per_rank_sums(tl)
+    busy = s["compute"] + s["cp"] + s["pp"] + s["dp"] + s["dp_wait"]
+    pipe = np.clip((T - busy) / T, 0.0, 1.0) if T > 0 else np.zeros_like(busy)
+    dpb = s["dp_wait"] / T if T > 0 else np.zeros_like(busy)
+    skew = microbatch_skew(rank_microbatch_table(tl))
+    return Metrics(
+        iteration_time_s=T,
+        tokens=int(tokens),
+        tokens_per_s=tokens / T if T > 0 else 0.0,
+        tokens_per_s_per_gpu=tokens / T / num_gpus if T > 0 else 0.0,
+        mfu=model_flops / (T * num_gpus * peak_tflops * 1e12) if T > 0 else 0.0,
+        pipeline_bubble=float(pipe.mean()),
+        pipeline_bubble_max=float(pipe.max()),
+        dp_bubble=float(dpb.mean()),
+        dp_bubble_max=float(dpb.max()),
+        microbatch_skew_max=float(skew.max()) if skew.size else 1.0,
+        microbatch_skew_mean=float(skew.mean()) if skew.size else 1.0,
+        cp_comm_s=float(s["cp"].mean()),
+        pp_comm_s=float(s["pp"].mean()),
+        dp_comm_s=float(s["dp"].mean()),
+        peak_memory_gib=peak_memory_gib,
+        num_microbatches=num_microbatches,
+        scheduling_time_s=scheduling_time_s,
+    )

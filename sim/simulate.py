@@ -1,0 +1,119 @@
+"""Simulate one iteration of a Plan: flatten → engine → Timeline → Metrics. A pure function of its inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import numpy as np
+
+from cost_models.base import CostModel
+from policies.plan import BatchLike, Plan
+from sim.engine import OpTimes, execute
+from sim.flatten import FlatPlan, flatten, one_f_one_b_position
+from sim.metrics import Metrics, compute_metrics
+from sim.timeline import Timeline
+
+GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class IterationResult:
+    plan: Plan
+    timeline: Timeline
+    metrics: Metrics
+    events: int
+
+
+def _member_ops(fp: FlatPlan, p: int):
+    """Per (stage, phase, member) rows: stage, rank, group, phase, op index."""
+    G, M = fp.num_groups, len(fp.member_rank)
+    stage = np.repeat(np.arange(p), 2 * M)
+    phase = np.tile(np.repeat(np.array([0, 1]), M), p)
+    group = np.tile(fp.member_group, 2 * p)
+    rank = np.tile(fp.member_rank, 2 * p)
+    op = (stage * G + group) * 2 + phase
+    return stage, rank, group, phase, op
+
+
+def build_timeline(fp: FlatPlan, ot: OpTimes) -> Timeline:
+    p, W = ot.num_stages, fp.pool
+    stage, rank, group, phase, op = _member_ops(fp, p)
+    mb = fp.group_mb[group]
+    tpr = fp.groups.tokens_per_rank()[group]
+    ph = np.where(phase == 0, "F", "B")
+    st, comp, cpc, ppw = ot.start[op], ot.compute[op], ot.cp_comm[op], ot.pp_wait[op]
+    parts = []
+
+    def add(mask, stg, rk, m, phs, kind, comm, s, e, tok):
+        parts.append({"stage": stg[mask], "rank": rk[mask], "microbatch": m[mask], "phase": phs[mask],
+                      "kind": np.full(int(mask.sum()), kind), "comm": np.full(int(mask.sum()), comm),
+                      "start": s[mask], "end": e[mask], "tokens": tok[mask]})
+
+    every = np.ones(len(op), dtype=bool)
+    add(ppw > 0, stage, rank, mb, ph, "comm", "pp", st - ppw, st, tpr)
+    add(every, stage, rank, mb, ph, "compute", "", st, st + comp, tpr)
+    add(cpc > 0, stage, rank, mb, ph, "comm", "cp", st + comp, st + comp + cpc, tpr)
+
+    # Per (stage, rank): DP wait, gradient sync, optimizer step.
+    last = np.zeros(p * W)
+    np.maximum.at(last, stage * W + rank, ot.end[op])
+    s_stage = np.repeat(np.arange(p), W)
+    s_rank = np.tile(np.arange(W), p)
+    ones = np.ones(p * W, dtype=bool)
+    s0, sc, se = ot.sync_start[s_stage], ot.sync_comm[s_stage], ot.sync_end[s_stage]
+    neg, zero, sph = np.full(p * W, -1), np.zeros(p * W), np.full(p * W, "S")
+    add(s0 > last, s_stage, s_rank, neg, sph, "idle", "", last, s0, zero)
+    add(sc > 0, s_stage, s_rank, neg, sph, "comm", "dp", s0, s0 + sc, zero)
+    add(se > s0 + sc, s_stage, s_rank, neg, sph, "compute", "", s0 + sc, se, zero)
+    cols = {k: np.concatenate([d[k] for d in parts]) for k in parts[0]}
+    for k in ("stage", "rank", "microbatch"):
+        cols[k] = cols[k].astype(np.int32)
+    return Timeline(cols, p, W)
+
+
+def peak_tokens_in_flight(fp: FlatPlan, p: int) -> np.ndarray:
+    """[p, W] largest sum of tokens of microbatches whose activations a rank holds at once (1F1B order)."""
+    W, m = fp.pool, fp.num_microbatches
+    out = np.zeros((p, W))
+    if fp.num_groups == 0:
+        return out
+    tpr = fp.groups.tokens_per_rank()[fp.member_group]
+    mb = fp.group_mb[fp.member_group]
+    for s in range(p):
+        phase = np.repeat(np.array([0, 1]), len(tpr))
+        pos = one_f_one_b_position(s, p, m, phase, np.tile(mb, 2))
+        rank = np.tile(fp.member_rank, 2)
+        delta = np.concatenate([tpr, -tpr])
+        idx = np.lexsort((pos, rank))
+        rank, delta = rank[idx], delta[idx]
+        csum = np.cumsum(delta)
+        starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+        base = np.r_[0.0, csum][starts]
+        seg = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(rank)]))
+        peak = np.full(len(starts), -np.inf)
+        np.maximum.at(peak, seg, csum - base[seg])
+        out[s, rank[starts]] = peak
+    return out
+
+
+def simulate_plan(plan: Plan, batch: BatchLike, cost_model: CostModel, *, num_stages: Optional[int] = None,
+                  slowdown: Optional[Mapping[int, float]] = None, scheduling_time_s: float = 0.0) -> IterationResult:
+    """Simulate one iteration of ``plan`` over ``batch`` with ``cost_model``.
+
+    ``slowdown`` maps pool ranks to compute slow-down factors (stragglers); a CP group runs at its slowest
+    member's pace. ``num_stages`` defaults to the job's PP degree.
+    """
+    job = cost_model.job
+    p = num_stages or job.pp
+    fp = flatten(plan, batch)
+    ot = execute(fp, cost_model, p, slowdown)
+    tl = build_timeline(fp, ot)
+    peak_tok = peak_tokens_in_flight(fp, p)
+    peak_gb = max(float(np.max(cost_model.peak_memory_gb(peak_tok[s], s))) for s in range(p))
+    lengths = np.asarray(batch.lengths)
+    metrics = compute_metrics(
+        tl, tokens=int(lengths.sum()), model_flops=cost_model.model_flops(lengths), num_gpus=job.num_gpus,
+        peak_tflops=job.gpu.peak_bf16_tflops, peak_memory_gib=peak_gb * 1e9 / GIB,
+        num_microbatches=plan.num_microbatches, scheduling_time_s=scheduling_time_s)
+    return IterationResult(plan, tl, metrics, ot.events)
