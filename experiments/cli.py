@@ -1,0 +1,60 @@
+"""The ``dcpsim`` command line.
+
+Every sub-command is a module ``experiments/cmd_<name>.py`` defining ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``; they are discovered here, so adding a command is one new
+module. Errors a user can cause (bad trace, unknown preset, impossible job, ...) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from typing import Optional, Sequence
+
+import experiments
+from experiments.errors import user_errors
+
+
+def _commands():
+    mods = []
+    for m in pkgutil.iter_modules(experiments.__path__):
+        if m.name.startswith("cmd_"):
+            mods.append(importlib.import_module(f"experiments.{m.name}"))
+    return sorted(mods, key=lambda mod: getattr(mod, "ORDER", 50))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dcpsim",
+        description="Simulate dynamic context parallelism (DCP) policies for long-context LLM training.",
+        epilog="Run 'dcpsim COMMAND --help' for the options of a command. With no options, simulate and "
+               "compare run the built-in default scenario.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in _commands():
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=(mod.__doc__ or mod.HELP).strip(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except user_errors() as e:
+        print(f"dcpsim {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dcpsim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

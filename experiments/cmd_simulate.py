@@ -1,0 +1,60 @@
+"""Simulate one policy on a scenario and print its metrics.
+
+Examples:
+  dcpsim simulate                                   # hydra on the built-in default scenario
+  dcpsim simulate --policy mcore-dcp --trace lengths.csv --iterations 5
+  dcpsim simulate --policy static-cp:cp_degree=8 --timeline-out tl.csv --plan-out plan.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from experiments.options import add_scenario_arguments, scenario_from_args
+from experiments.progress import Progress
+from experiments.report import format_table
+from experiments.runner import parse_policy_specs, run_policy
+
+NAME = "simulate"
+HELP = "simulate one policy (default: hydra on the built-in scenario)"
+ORDER = 5
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default="hydra", metavar="NAME[:k=v...]", help="the policy (default hydra)")
+    add_scenario_arguments(p)
+    o = p.add_argument_group("files")
+    o.add_argument("--plan-out", metavar="FILE", help="write the last iteration's plan as JSON")
+    o.add_argument("--timeline-out", metavar="FILE", help="write the last iteration's timeline (.csv or .parquet)")
+
+
+def run(args: argparse.Namespace) -> int:
+    sc = scenario_from_args(args)
+    specs = parse_policy_specs(args.policy)
+    spec = specs[0]
+    sc = sc.with_(policies=(spec.label,))
+    cost_model = sc.cost_model()
+    batches = sc.batches()
+    pr = run_policy(spec, batches, cost_model, sc.policy_options,
+                    progress=Progress(spec.label, len(batches), enabled=not args.no_progress))
+    summary = pr.summary(timings=True)
+    last = pr.iterations[-1]
+    if args.plan_out:
+        Path(args.plan_out).write_text(last.plan.to_json())
+    if args.timeline_out:
+        df = last.timeline.to_frame()
+        (df.to_parquet if args.timeline_out.endswith(".parquet") else df.to_csv)(args.timeline_out, index=False)
+    for hook in getattr(args, "_after_simulate", []):
+        hook(args, pr, sc)
+    if args.json:
+        if not args.timings:
+            summary = dict(summary, scheduling_time_s=0.0)
+        print(json.dumps({"scenario": sc.to_dict(), "results": [summary]}, sort_keys=True))
+        return 0
+    print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
+          f"context {sc.context_len:,}, trace {sc.trace}, {len(batches)} iteration(s), policy {spec.label}")
+    rows = [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in summary.items() if k != "policy"]
+    print(format_table(rows, ["metric", "value"]))
+    return 0

@@ -1,0 +1,16 @@
+"""The error families a user can cause; the CLI prints them as one line, without a traceback."""
+
+from __future__ import annotations
+
+from cost_models.errors import CalibrationError, InfeasibleError, SpecError
+from policies.errors import PlanError, PolicyError
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    from traces.errors import TraceError
+
+    return (SpecError, InfeasibleError, CalibrationError, PlanError, PolicyError, TraceError, ScenarioError)
+
+
+class ScenarioError(ValueError):
+    """An unknown scenario, a malformed scenario or sweep file, or a bad command-line value."""

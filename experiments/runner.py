@@ -1,0 +1,123 @@
+"""Running policies over a scenario's global batches: plan (timed), validate, simulate, aggregate."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from cost_models.base import CostModel
+from policies import Policy, create_policy, validate_plan
+from policies.errors import PolicyError
+from policies.registry import policy_options
+from sim.simulate import IterationResult, simulate_plan
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy name with options, written ``name`` or ``name:key=value:key=value`` on the command line."""
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return ":".join([self.name] + [f"{k}={v}" for k, v in self.options.items()])
+
+
+def _parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_policy_specs(text: str) -> list[PolicySpec]:
+    """``"static-cp,mcore-dcp:cp_engine=hybrid"`` → two specs. Option names may use '-' or '_'."""
+    specs = []
+    for item in [t.strip() for t in text.split(",") if t.strip()]:
+        name, *opts = item.split(":")
+        options: dict[str, Any] = {}
+        for o in opts:
+            if "=" not in o:
+                raise PolicyError(f"policy option {o!r} in {item!r} must be key=value")
+            k, v = o.split("=", 1)
+            options[k.strip().replace("-", "_")] = _parse_value(v.strip())
+        specs.append(PolicySpec(name.strip(), options))
+    if not specs:
+        raise PolicyError("no policy given; e.g. --policies static-cp,mcore-dcp,hydra")
+    return specs
+
+
+def build_policy(spec: PolicySpec, common: Optional[dict[str, Any]] = None) -> Policy:
+    """Instantiate ``spec``; ``common`` options (from global flags) go to the policies that take them."""
+    accepted = policy_options(spec.name)
+    opts = {k: v for k, v in (common or {}).items() if k in accepted and v is not None}
+    opts.update(spec.options)
+    return create_policy(spec.name, **opts)
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    spec: PolicySpec
+    iterations: tuple[IterationResult, ...]
+    num_gpus: int
+
+    def summary(self, timings: bool = True) -> dict[str, Any]:
+        """Metrics over all iterations: throughput = Σ tokens / Σ time; bubbles and MFU averaged over
+        iterations; skew and memory maxima; scheduling time averaged (0.0 unless ``timings``)."""
+        ms = [r.metrics for r in self.iterations]
+        T = sum(m.iteration_time_s for m in ms)
+        tok = sum(m.tokens for m in ms)
+
+        def mean(attr: str) -> float:
+            return float(np.mean([getattr(m, attr) for m in ms]))
+
+        return {
+            "policy": self.spec.label,
+            "iteration_time_s": T / len(ms),
+            "tokens_per_s": tok / T,
+            "tokens_per_s_per_gpu": tok / T / self.num_gpus,
+            "mfu": mean("mfu"),
+            "pipeline_bubble": mean("pipeline_bubble"),
+            "pipeline_bubble_max": max(m.pipeline_bubble_max for m in ms),
+            "dp_bubble": mean("dp_bubble"),
+            "dp_bubble_max": max(m.dp_bubble_max for m in ms),
+            "microbatch_skew_max": max(m.microbatch_skew_max for m in ms),
+            "microbatch_skew_mean": mean("microbatch_skew_mean"),
+            "cp_comm_s": mean("cp_comm_s"),
+            "pp_comm_s": mean("pp_comm_s"),
+            "dp_comm_s": mean("dp_comm_s"),
+            "num_microbatches": mean("num_microbatches"),
+            "scheduling_time_s": mean("scheduling_time_s") if timings else 0.0,
+            "peak_memory_gib": max(m.peak_memory_gib for m in ms),
+        }
+
+
+def run_policy(spec: PolicySpec, batches: Sequence[Any], cost_model: CostModel,
+               common: Optional[dict[str, Any]] = None,
+               progress: Optional[Callable[[int], None]] = None) -> PolicyRun:
+    """Plan every batch with the policy (timing the planning), validate each plan, simulate it."""
+    policy = build_policy(spec, common)
+    job = cost_model.job
+    budget = cost_model.max_tokens_per_rank()
+    out = []
+    for i, batch in enumerate(batches):
+        t0 = time.perf_counter()
+        plan = policy.plan(batch, job, cost_model)
+        sched = time.perf_counter() - t0
+        validate_plan(plan, batch, max_tokens_per_rank=plan.meta.get("max_tokens_per_rank", budget),
+                      kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank)
+        out.append(simulate_plan(plan, batch, cost_model, scheduling_time_s=sched))
+        if progress:
+            progress(i + 1)
+    return PolicyRun(spec, tuple(out), job.num_gpus)

@@ -1,0 +1,81 @@
+"""Scenarios: everything that defines a run (model, GPU, parallel layout, trace, policies, seed), the built-in
+default, and the objects built from one (job, cost model, global batches)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Optional
+
+from cost_models import AnalyticCostModel, Calibration, JobSpec, get_gpu, get_model
+from cost_models.errors import SpecError
+
+DEFAULT_POLICIES = ("static-cp", "mcore-dcp", "hydra")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A what-if question: which policies, on which trace, model, cluster and layout.
+
+    The default is a Llama-3-8B-class model on 64 H200 GPUs (TP 1, PP 4, a pool of 16 ranks per stage) at
+    256K context, 4M-token global batches drawn from the ``256k`` trace preset.
+    """
+
+    name: str = "default"
+    description: str = "llama3-8b on 64 H200 (TP1 PP4 pool 16) at 256K context, 256k trace preset"
+    model: str = "llama3-8b"
+    gpu: str = "h200"
+    tp: int = 1
+    pp: int = 4
+    pool: int = 16
+    context_len: int = 262144
+    global_batch_tokens: int = 4 * 1024 * 1024
+    trace: str = "256k"  # a preset name or a trace file (CSV, Parquet, JSONL, JSON)
+    iterations: int = 1
+    seed: int = 0
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    calibration: Optional[str] = None  # a calibration JSON; default: the GPU's shipped calibration
+    max_tokens_per_rank: Optional[int] = None
+    memory_reserve_gb: float = 6.0
+    policy_options: dict[str, Any] = field(default_factory=dict)  # options passed to every policy that takes them
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.pool
+
+    def with_(self, **changes: Any) -> "Scenario":
+        valid = {f.name for f in fields(self)}
+        bad = sorted(set(changes) - valid)
+        if bad:
+            raise SpecError(f"scenario has no field {bad[0]!r}; valid: {', '.join(sorted(valid))}")
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["policies"] = list(self.policies)
+        d["num_gpus"] = self.num_gpus
+        return d
+
+    def job(self) -> JobSpec:
+        return JobSpec(model=get_model(self.model), gpu=get_gpu(self.gpu), tp=self.tp, pp=self.pp, pool=self.pool,
+                       context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
+                       memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank)
+
+    def cost_model(self) -> AnalyticCostModel:
+        cal = Calibration.load(self.calibration) if self.calibration else None
+        return AnalyticCostModel(self.job(), cal)
+
+    def batches(self):
+        """The global batches of this scenario (one per iteration), deterministic in ``seed``."""
+        import traces
+
+        if Path(self.trace).suffix:  # a file
+            tr = traces.read_trace(self.trace)
+            batches = traces.form_batches(tr, self.global_batch_tokens, self.context_len)
+            return batches[: self.iterations]
+        return traces.sample_batches(traces.get_preset(self.trace), self.iterations, self.global_batch_tokens,
+                                     context_len=self.context_len, seed=self.seed)
+
+
+DEFAULT_SCENARIO = Scenario()
