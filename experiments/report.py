@@ -13,6 +13,7 @@ COMPARE_COLUMNS = (
     ("PP bubble", "pipeline_bubble", "{:.1%}"),
     ("DP bubble", "dp_bubble", "{:.1%}"),
     ("mb skew max", "microbatch_skew_max", "{:.2f}"),
+    ("±10%-tok ratio", "same_tokens_time_ratio", "{:.2f}"),
     ("CP comm s", "cp_comm_s", "{:.2f}"),
     ("mbs", "num_microbatches", "{:.0f}"),
     ("sched ms", "scheduling_time_s", "{:.1f}"),

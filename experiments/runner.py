@@ -94,6 +94,7 @@ class PolicyRun:
             "dp_bubble_max": max(m.dp_bubble_max for m in ms),
             "microbatch_skew_max": max(m.microbatch_skew_max for m in ms),
             "microbatch_skew_mean": mean("microbatch_skew_mean"),
+            "same_tokens_time_ratio": max(m.same_tokens_time_ratio for m in ms),
             "cp_comm_s": mean("cp_comm_s"),
             "pp_comm_s": mean("pp_comm_s"),
             "dp_comm_s": mean("dp_comm_s"),

@@ -26,6 +26,7 @@ class Metrics:
     dp_bubble_max: float
     microbatch_skew_max: float  # max over (stage, microbatch) of max/min per-rank compute time
     microbatch_skew_mean: float
+    same_tokens_time_ratio: float  # max time ratio of two rank-microbatches with tokens within ±10%
     cp_comm_s: float  # exposed, mean per rank
     pp_comm_s: float
     dp_comm_s: float
@@ -83,7 +84,8 @@ def compute_metrics(tl: Timeline, *, tokens: int, model_flops: float, num_gpus: 
     busy = s["compute"] + s["cp"] + s["pp"] + s["dp"] + s["dp_wait"]
     pipe = np.clip((T - busy) / T, 0.0, 1.0) if T > 0 else np.zeros_like(busy)
     dpb = s["dp_wait"] / T if T > 0 else np.zeros_like(busy)
-    skew = microbatch_skew(rank_microbatch_table(tl))
+    table = rank_microbatch_table(tl)
+    skew = microbatch_skew(table)
     return Metrics(
         iteration_time_s=T,
         tokens=int(tokens),
@@ -96,6 +98,7 @@ def compute_metrics(tl: Timeline, *, tokens: int, model_flops: float, num_gpus: 
         dp_bubble_max=float(dpb.max()),
         microbatch_skew_max=float(skew.max()) if skew.size else 1.0,
         microbatch_skew_mean=float(skew.mean()) if skew.size else 1.0,
+        same_tokens_time_ratio=equal_tokens_time_ratio(table)[0],
         cp_comm_s=float(s["cp"].mean()),
         pp_comm_s=float(s["pp"].mean()),
         dp_comm_s=float(s["dp"].mean()),
@@ -103,3 +106,41 @@ def compute_metrics(tl: Timeline, *, tokens: int, model_flops: float, num_gpus: 
         num_microbatches=num_microbatches,
         scheduling_time_s=scheduling_time_s,
     )
+
+
+def equal_tokens_time_ratio(table: pd.DataFrame, tol: float = 0.10) -> tuple[float, dict]:
+    """The largest compute-time ratio between two rank-microbatches whose token counts are within ``tol`` of
+    each other (b ≤ (1 + tol)·a), over stage 0, and the pair that attains it.
+
+    This is the "same tokens, several times the time" symptom of memory-driven CP degrees. O(n log n).
+    """
+    t = table[table["stage"] == 0] if "stage" in table else table
+    t = t[t["tokens"] > 0]
+    if len(t) < 2:
+        return 1.0, {}
+    order = np.argsort(t["tokens"].to_numpy(), kind="stable")
+    tok = t["tokens"].to_numpy()[order]
+    sec = t["compute_s"].to_numpy()[order]
+    hi = np.searchsorted(tok, tok * (1 + tol), side="right")
+    # sparse tables for O(1) range max/min of times over [i, hi_i)
+    n = len(sec)
+    levels_max, levels_min = [sec], [sec]
+    k = 1
+    while 2 * k <= n:
+        levels_max.append(np.maximum(levels_max[-1][:-k], levels_max[-1][k:]))
+        levels_min.append(np.minimum(levels_min[-1][:-k], levels_min[-1][k:]))
+        k *= 2
+    idx = np.arange(n)
+    span = np.maximum(hi - idx, 1)
+    lvl = np.floor(np.log2(span)).astype(int)
+    rmax = np.array([max(levels_max[lv][i], levels_max[lv][h - (1 << lv)]) for i, h, lv in zip(idx, hi, lvl)])
+    rmin = np.array([min(levels_min[lv][i], levels_min[lv][h - (1 << lv)]) for i, h, lv in zip(idx, hi, lvl)])
+    ratio = rmax / np.maximum(rmin, 1e-30)
+    i = int(np.argmax(ratio))
+    best = float(ratio[i])
+    win = slice(i, hi[i])
+    j_max = i + int(np.argmax(sec[win]))
+    j_min = i + int(np.argmin(sec[win]))
+    rows = t.iloc[order]
+    pair = {"fast": rows.iloc[j_min].to_dict(), "slow": rows.iloc[j_max].to_dict()}
+    return best, pair

@@ -1,0 +1,98 @@
+"""End-to-end CLI behaviour: defaults, JSON schema and determinism, clear errors for bad input."""
+
+import json
+
+import pytest
+
+from experiments.cli import main
+
+SMALL = ["--global-batch-tokens", "1048576", "--no-progress"]
+KEYS = {"policy": str, "iteration_time_s": float, "tokens_per_s": float, "tokens_per_s_per_gpu": float,
+        "mfu": float, "pipeline_bubble": float, "dp_bubble": float, "microbatch_skew_max": float,
+        "scheduling_time_s": float, "peak_memory_gib": float}
+
+
+def run_json(capsys, *args):
+    assert main(["compare", "--json", *SMALL, *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_compare_json_schema_and_ratios(capsys):
+    out = run_json(capsys, "--policies", "static-cp,static-cp:cp_degree=16")
+    assert out["scenario"]["model"] == "llama3-8b" and out["scenario"]["num_gpus"] == 64
+    assert [r["policy"] for r in out["results"]] == ["static-cp", "static-cp:cp_degree=16"]
+    for r in out["results"]:
+        for k, t in KEYS.items():
+            assert isinstance(r[k], t), k
+        assert 0 <= r["pipeline_bubble"] < 1 and 0 <= r["dp_bubble"] < 1 and 0 < r["mfu"] < 1
+        assert r["tokens_per_s_per_gpu"] == pytest.approx(r["tokens_per_s"] / 64)
+
+
+def test_same_scenario_and_seed_give_identical_json(capsys):
+    assert main(["compare", "--json", *SMALL, "--seed", "7"]) == 0
+    a = capsys.readouterr().out
+    assert main(["compare", "--json", *SMALL, "--seed", "7"]) == 0
+    b = capsys.readouterr().out
+    assert a == b
+    assert main(["compare", "--json", *SMALL, "--seed", "8"]) == 0
+    assert capsys.readouterr().out != a
+
+
+def test_compare_table_has_ratio_to_first(capsys):
+    assert main(["compare", *SMALL, "--policies", "static-cp,static-cp"]) == 0
+    out = capsys.readouterr().out
+    assert "x first" in out and out.count("1.00x") == 2
+
+
+def test_simulate_writes_plan_and_timeline(tmp_path, capsys):
+    plan, tl = tmp_path / "plan.json", tmp_path / "tl.csv"
+    assert main(["simulate", "--policy", "static-cp", *SMALL, "--plan-out", str(plan),
+                 "--timeline-out", str(tl)]) == 0
+    assert "pipeline_bubble" in capsys.readouterr().out
+    from policies import Plan
+    assert Plan.from_json(plan.read_text()).num_microbatches >= 1
+    assert tl.read_text().startswith("stage,rank,microbatch,phase,kind,comm,start,end,tokens")
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("", "empty"),
+    ("len\n5\n", "length"),
+    ("length\n12\n-3\n", "-3"),
+    ("length\n12\n0\n", "0"),
+    ("length\n1.5\n", "1.5"),
+])
+def test_malformed_trace_is_one_clear_line(tmp_path, capsys, content, needle):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(content)
+    assert main(["simulate", "--policy", "static-cp", "--trace", str(bad), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "bad.csv" in err and needle in err
+
+
+def test_impossible_job_says_so(capsys):
+    # one rank's budget of 1,000 tokens: a 256K window cannot fit even on the whole pool of 16
+    assert main(["simulate", "--policy", "static-cp", *SMALL, "--max-seqlen-per-rank", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit even on the whole pool" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--policies", "nope"], "unknown policy 'nope'"),
+    (["--gpu", "a100"], "unknown GPU preset 'a100'"),
+    (["--trace", "no-such-preset"], "no-such-preset"),
+    (["--pp", "3"], "job.pp = 3"),
+    (["--scenario", "nope"], "unknown scenario 'nope'"),
+])
+def test_bad_options_are_one_line(capsys, args, needle):
+    assert main(["compare", *SMALL, *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_help_explains_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    out = capsys.readouterr().out
+    for opt in ("--policies", "--trace", "--iterations", "--seed", "--json"):
+        assert opt in out
