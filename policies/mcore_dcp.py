@@ -86,10 +86,13 @@ def groups_to_plan(groups: list[list[list[int]]], seq_ids: Sequence[int], length
 
     Each maximal run of consecutive ranks with identical lists becomes a CP group; every sequence's degree
     (ranks listing it) must equal its group's size, else :class:`PolicyError` (a scheduler bug, never input).
-    ``meta`` gains ``peak_tokens_per_rank``, the largest Σ L / degree of any rank in any microbatch.
+    ``meta`` gains ``peak_tokens_per_rank``, the largest Σ L / degree of any rank in any microbatch, and
+    ``aligned``: whether every group starts at a multiple of its size (upstream's process groups are aligned
+    blocks; the legacy scheduler sometimes emits a group they cannot express, which the simulator runs as is).
     """
     mbs: list[list[CPGroup]] = []
     peak = 0.0
+    aligned = True
     for k, ranks in enumerate(groups):
         if len(ranks) != pool:
             raise PolicyError(f"microbatch {k} lists {len(ranks)} ranks, expected {pool}")
@@ -111,10 +114,11 @@ def groups_to_plan(groups: list[list[list[int]]], seq_ids: Sequence[int], length
                     raise PolicyError(f"microbatch {k}: sample {s} is listed by {listed[s]} ranks but its "
                                       f"group spans ranks {start}..{r - 1} ({size} ranks)")
             peak = max(peak, sum(lengths[s] for s in ids) / size)
+            aligned = aligned and start % size == 0
             cps.append(CPGroup(tuple(range(start, r)), tuple(int(seq_ids[s]) for s in ids),
                                Engine.for_size("ring", size)))
         mbs.append(cps)
-    return make_plan(policy, pool, mbs, peak_tokens_per_rank=peak, **meta)
+    return make_plan(policy, pool, mbs, peak_tokens_per_rank=peak, aligned=aligned, **meta)
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,9 @@ microbatch's input first-fit (Σ L/N ≤ M) and everything else goes back to the
 
 Pools upstream cannot run (our documented fallback)
 ---------------------------------------------------
-Upstream's runtime creates CP process groups only of sizes ``2^i`` with ``m0 ≤ 2^i < N``, plus the full pool N
-(``parallel_state.create_dynamic_dp_cp_groups``). On a power-of-two pool with a power-of-two ``m0`` that is
-every size the scheduler can ask for. Otherwise (N = 12, 24, … or m0 = 3) the upstream scheduler may ask for a
+Upstream's runtime creates CP process groups, aligned blocks of the pool, only of sizes ``2^i ≥ m0`` with
+``i < floor(log2 N)``, plus the full pool N (``parallel_state.create_dynamic_dp_cp_groups``). On a
+power-of-two pool with a power-of-two ``m0`` that is every size the scheduler can ask for. Otherwise (N = 12, 24, … or m0 = 3) the upstream scheduler may ask for a
 size that does not exist (8 on a pool of 12, 3 with m0 = 3) or, while filling, push ranks past the end of the
 pool (an IndexError upstream). Our fallback keeps upstream's rules and only restricts them to what can run:
 
@@ -50,6 +50,7 @@ unchanged; on other pools the output equals upstream's whenever upstream's outpu
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -69,10 +70,12 @@ def cp_min(length: int, max_seqlen_per_rank: int, min_cp_size: int = 1) -> int:
 
 
 def allowed_sizes(pool: int, min_cp_size: int = 1) -> list[int]:
-    """CP group sizes the upstream runtime creates, ascending: powers of two in ``[m0, N)``, then N."""
+    """CP group sizes the upstream runtime creates, ascending: the powers of two ``2^i ≥ m0`` with
+    ``i < floor(log2 N)``, then N (``[2**i for i in range(int(log2(N)))]`` upstream, so a pool of 12 gets
+    1, 2, 4 and 12, but no 8)."""
     sizes = []
     s = 1
-    while s < pool:
+    while 2 * s <= pool:
         if s >= min_cp_size:
             sizes.append(s)
         s *= 2
@@ -84,11 +87,8 @@ def candidate_start(lengths: list[int], sizes: list[int], max_seqlen_per_rank: i
                     min_cp_size: int) -> dict[int, int]:
     """For every distinct length, the index into ``sizes`` of its smallest candidate degree."""
     pool = sizes[-1]
-    out: dict[int, int] = {}
-    for L in set(lengths):
-        lower = min(cp_min(L, max_seqlen_per_rank, min_cp_size), pool)
-        out[L] = next(i for i, s in enumerate(sizes) if s >= lower)
-    return out
+    return {L: bisect.bisect_left(sizes, min(cp_min(L, max_seqlen_per_rank, min_cp_size), pool))
+            for L in set(lengths)}
 
 
 @dataclass
@@ -129,13 +129,13 @@ class _SizeClass:
                     if v == G:
                         break
             return best_v, best_j
-        vals = np.maximum(self.load[:k] + cost, G)
-        ok = (self.packed[:k] + share <= budget) & (vals <= cap)
-        if not ok.any():
-            return math.inf, -1
-        vals = np.where(ok, vals, np.inf)
-        j = int(vals.argmin())
-        return float(vals[j]), j
+        vals = self.load[:k] + cost
+        np.maximum(vals, G, out=vals)
+        vals[self.packed[:k] + share > budget] = np.inf
+        j = int(vals.argmin())  # the first minimum: the earliest group on ties
+        v = float(vals[j])
+        # the cap is a bound on the score, so the first minimum passes it if any fitting group does
+        return (v, j) if v <= cap else (math.inf, -1)
 
 
 @dataclass

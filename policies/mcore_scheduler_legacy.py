@@ -24,7 +24,11 @@ leftovers of the previous one *in the order they were left* (upstream does not r
 4. *Fill.* While ranks are idle, the first group of the smallest size s doubles (to ``min(2s, N)``) into the
    ranks right after it; the groups behind it move right.
 
-Leftovers are the unplaced contents of the buckets, in bucket order, then the trimmed sequences.
+Leftovers are the unplaced contents of the buckets, in bucket order, then the trimmed sequences. Because the
+next microbatch takes them in that order, a longer trimmed sequence can open its group after shorter ones,
+at a rank that is not a multiple of its size (e.g. 4 ranks from rank 2 on a pool of 8). Upstream's process
+groups are aligned blocks and could not run such a group; we keep the assignment as upstream returns it, and
+the plan says so in ``meta["aligned"]``.
 
 Pools upstream cannot run (documented fallback, as in :mod:`policies.mcore_scheduler`)
 --------------------------------------------------------------------------------------
