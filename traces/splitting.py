@@ -1,0 +1,49 @@
+"""Cutting documents longer than the context window into context-sized pieces.
+
+A document of L tokens with a context window of C tokens becomes ⌈L/C⌉ pieces: ⌊L/C⌋ pieces of C tokens and
+the remainder (if any) last, as data pipelines do when they chunk long documents into training sequences.
+Everything here is vectorised: the cost is O(number of pieces) numpy work, with no per-document Python loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from traces._params import require_int
+from traces.trace import LENGTH_EXPECTED, to_int64_column
+
+
+def split_pieces(lengths: Any, context_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split documents at ``context_len`` tokens and say which document each piece came from.
+
+    Args:
+        lengths: 1-D array-like of document lengths in tokens (each ≥ 1).
+        context_len: the context window in tokens (≥ 1).
+
+    Returns:
+        ``(pieces, doc)``: ``pieces`` are the piece lengths in tokens (``int64``, each in 1..context_len, in
+        document order, a document's pieces consecutive with the remainder last); ``doc[k]`` is the index of
+        the document that piece k came from.
+
+    Raises:
+        TraceError: ``context_len`` < 1, or a length that is not a whole number ≥ 1 (naming its row).
+    """
+    context = require_int(context_len, "context_len", 1, "split_long")
+    docs = to_int64_column(lengths, source="split_long", field="length", minimum=1, expected=LENGTH_EXPECTED)
+    counts = (docs + (context - 1)) // context
+    doc = np.repeat(np.arange(docs.size, dtype=np.int64), counts)
+    pieces = np.full(doc.size, context, dtype=np.int64)
+    last = np.cumsum(counts) - 1
+    pieces[last] = docs - (counts - 1) * context
+    return pieces, doc
+
+
+def split_long(lengths: Any, context_len: int) -> np.ndarray:
+    """Piece lengths (tokens, ``int64``) after cutting every document longer than ``context_len``.
+
+    Token count is conserved (``split_long(x, c).sum() == sum(x)``), every piece is ≤ ``context_len``, order
+    is preserved and documents that fit are unchanged. See :func:`split_pieces` for the rules and errors.
+    """
+    return split_pieces(lengths, context_len)[0]
