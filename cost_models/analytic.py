@@ -20,14 +20,18 @@ Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer grou
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 
 from cost_models.base import GroupBatch, GroupCosts
 from cost_models.calibration import Calibration, default_calibration
-from cost_models.flops import (ATTENTION_BWD_FACTOR, LINEAR_BWD_FACTOR, attention_fwd_flops,
-                               linear_fwd_flops_per_token, model_flops)
+from cost_models.flops import (
+    ATTENTION_BWD_FACTOR,
+    LINEAR_BWD_FACTOR,
+    attention_fwd_flops,
+    linear_fwd_flops_per_token,
+    model_flops,
+)
 from cost_models.memory import memory_budget_tokens, model_state_bytes, peak_memory_bytes, stage_params
 from cost_models.specs import JobSpec
 from cost_models.topology import node_of, spans_nodes
@@ -41,7 +45,7 @@ class AnalyticCostModel:
     """Closed-form costs of DESIGN §5 with calibrated kernel and link curves."""
 
     job: JobSpec
-    calibration: Optional[Calibration] = None
+    calibration: Calibration | None = None
     _cal: Calibration = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -16,9 +16,9 @@ published figures above; ``dcpsim calibrate`` produces the same JSON from profil
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -99,7 +99,7 @@ class Calibration:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @staticmethod
-    def from_dict(d: Mapping, origin: str = "calibration") -> "Calibration":
+    def from_dict(d: Mapping, origin: str = "calibration") -> Calibration:
         try:
             return Calibration(
                 name=str(d["name"]),
@@ -114,7 +114,7 @@ class Calibration:
                                    "attn_bwd, gemm (each with peak_tflops, half) and comm") from None
 
     @staticmethod
-    def load(path: str | Path) -> "Calibration":
+    def load(path: str | Path) -> Calibration:
         p = Path(path)
         try:
             return Calibration.from_dict(json.loads(p.read_text()), origin=str(p))

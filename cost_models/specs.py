@@ -7,7 +7,6 @@ A *rank* of the simulator is one tensor-parallel group of ``tp`` GPUs: TP is fol
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
 
 from cost_models.errors import SpecError
 
@@ -86,7 +85,7 @@ class JobSpec:
     context_len: int = 32768
     global_batch_tokens: int = 1 << 20
     memory_reserve_gb: float = 6.0  # CUDA context, NCCL buffers, fragmentation
-    max_tokens_per_rank: Optional[int] = None
+    max_tokens_per_rank: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens"):
@@ -122,5 +121,5 @@ class JobSpec:
         """KV heads held by one TP rank (replicated when TP exceeds the KV-head count)."""
         return max(1, self.model.kv_heads // self.tp)
 
-    def with_(self, **changes) -> "JobSpec":
+    def with_(self, **changes) -> JobSpec:
         return replace(self, **changes)

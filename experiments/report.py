@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 COMPARE_COLUMNS = (
     ("policy", "policy", "{}"),
@@ -23,7 +24,7 @@ COMPARE_COLUMNS = (
 
 def format_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda r: "  ".join(str(x).rjust(w) if i else str(x).ljust(w)  # noqa: E731
+    line = lambda r: "  ".join(str(x).rjust(w) if i else str(x).ljust(w)
                                for i, (x, w) in enumerate(zip(r, widths)))
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 

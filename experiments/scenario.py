@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from cost_models import AnalyticCostModel, Calibration, JobSpec, get_gpu, get_model
 from cost_models.errors import SpecError
@@ -35,8 +35,8 @@ class Scenario:
     iterations: int = 1
     seed: int = 0
     policies: tuple[str, ...] = DEFAULT_POLICIES
-    calibration: Optional[str] = None  # a calibration JSON; default: the GPU's shipped calibration
-    max_tokens_per_rank: Optional[int] = None
+    calibration: str | None = None  # a calibration JSON; default: the GPU's shipped calibration
+    max_tokens_per_rank: int | None = None
     memory_reserve_gb: float = 6.0
     policy_options: dict[str, Any] = field(default_factory=dict)  # options passed to every policy that takes them
 
@@ -44,7 +44,7 @@ class Scenario:
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.pool
 
-    def with_(self, **changes: Any) -> "Scenario":
+    def with_(self, **changes: Any) -> Scenario:
         valid = {f.name for f in fields(self)}
         bad = sorted(set(changes) - valid)
         if bad:

@@ -3,12 +3,14 @@ or ``auto`` (the cheapest of the valid ones under the cost model). Shared by eve
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from cost_models.base import CostModel, GroupBatch
 from cost_models.specs import JobSpec
 from policies.errors import PolicyError
-from policies.plan import Engine
+from policies.plan import BatchLike, Engine, Microbatch, Plan
 
 ENGINE_CHOICES = ("ring", "ulysses", "hybrid", "auto")
 
@@ -47,11 +49,7 @@ def engine_for(kind: str, size: int, job: JobSpec, cost_model: CostModel | None 
         u = max(us)
     else:
         u = cheapest_ulysses(size, us, cost_model, np.asarray(tokens), first_rank)
-    if u == 1:
-        return Engine.for_size("ring", size)
-    if u == size:
-        return Engine.for_size("ulysses", size)
-    return Engine.for_size("hybrid", size, ulysses=u)
+    return _engine_from_u(size, u)
 
 
 def cheapest_ulysses(size: int, us: list[int], cost_model: CostModel, lengths: np.ndarray,
@@ -62,3 +60,44 @@ def cheapest_ulysses(size: int, us: list[int], cost_model: CostModel, lengths: n
                     size=np.full(k, size), ulysses=np.asarray(us), first_rank=np.full(k, first_rank))
     total = cost_model.group_costs(gb).total_s
     return us[int(np.argmin(total))]
+
+
+def assign_engines(plan: Plan, kind: str, job: JobSpec, cost_model: CostModel, batch: BatchLike) -> Plan:
+    """``plan`` with every group's engine replaced by the ``kind`` choice (``auto``: the cheapest (u, r) split of
+    each group under ``cost_model``, priced for all groups and candidates in one vectorised call)."""
+    check_engine_choice(kind)
+    groups = [g for mb in plan.microbatches for g in mb.groups]
+    if kind != "auto":
+        chosen = [engine_for(kind, g.size, job) for g in groups]
+    else:
+        length_of = dict(zip(np.asarray(batch.seq_ids).tolist(), np.asarray(batch.lengths).tolist()))
+        lens, gids, sizes, us, firsts, owner = [], [], [], [], [], []
+        for gi, g in enumerate(groups):
+            for u in ulysses_degrees(g.size, job):
+                cand = len(sizes)
+                sizes.append(g.size)
+                us.append(u)
+                firsts.append(g.ranks[0])
+                owner.append(gi)
+                lens.extend(length_of[s] for s in g.seq_ids)
+                gids.extend([cand] * len(g.seq_ids))
+        gb = GroupBatch(np.asarray(lens, dtype=np.int64), np.asarray(gids, dtype=np.int64),
+                        np.asarray(sizes, dtype=np.int64), np.asarray(us, dtype=np.int64),
+                        np.asarray(firsts, dtype=np.int64))
+        total = cost_model.group_costs(gb).total_s
+        owner_a = np.asarray(owner)
+        best_u = {}
+        for cand in np.lexsort((np.asarray(us), total, owner_a)):  # per group: cheapest, then smaller u
+            best_u.setdefault(int(owner_a[cand]), int(us[cand]))
+        chosen = [_engine_from_u(g.size, best_u[gi]) for gi, g in enumerate(groups)]
+    it = iter(chosen)
+    mbs = tuple(Microbatch(tuple(replace(g, engine=next(it)) for g in mb.groups)) for mb in plan.microbatches)
+    return replace(plan, microbatches=mbs, meta={**plan.meta, "cp_engine": kind})
+
+
+def _engine_from_u(size: int, u: int) -> Engine:
+    if u == 1:
+        return Engine.for_size("ring", size)
+    if u == size:
+        return Engine.for_size("ulysses", size)
+    return Engine.for_size("hybrid", size, ulysses=u)

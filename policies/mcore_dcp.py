@@ -28,7 +28,7 @@ import numpy as np
 
 from cost_models.base import CostModel
 from cost_models.specs import JobSpec
-from policies.engines import ENGINE_CHOICES, check_engine_choice
+from policies.engines import assign_engines, check_engine_choice
 from policies.errors import PolicyError
 from policies.mcore_scheduler import allowed_sizes, schedule_current
 from policies.mcore_scheduler_legacy import schedule_legacy
@@ -127,7 +127,9 @@ class _McoreDCP:
 
     ``max_seqlen_per_rank``: the per-rank token budget M (None: ``cost_model.max_tokens_per_rank()``);
     ``min_cp_size``: the smallest CP degree m0 (current scheduler only); ``cp_engine``: ``ring`` (upstream's
-    TransformerEngine ``p2p`` default; other engines come later).
+    TransformerEngine ``p2p`` default), ``ulysses``, ``hybrid`` or ``auto`` (policies.engines) — the upstream
+    scheduler's groups are kept and only their engines change, so "upstream scheduler + hierarchical engine"
+    can be measured apart from HyDra's scheduler.
     """
 
     max_seqlen_per_rank: int | None = None
@@ -138,9 +140,6 @@ class _McoreDCP:
 
     def __post_init__(self) -> None:
         check_engine_choice(self.cp_engine)
-        if self.cp_engine != "ring":
-            raise PolicyError(f"{self.name}: cp_engine = {self.cp_engine!r} is not yet supported; only 'ring' "
-                              f"(valid engine names: {', '.join(ENGINE_CHOICES)})")
         if self.max_seqlen_per_rank is not None:
             _check_int("max_seqlen_per_rank", self.max_seqlen_per_rank, 1, "a positive integer or None")
         _check_int("min_cp_size", self.min_cp_size, 1, "a positive integer")
@@ -153,10 +152,13 @@ class _McoreDCP:
                       else cost_model.max_tokens_per_rank())
         lengths = np.asarray(batch.lengths)
         groups = schedule_sample_ids(lengths, job.pool, budget, self.min_cp_size, legacy=self.legacy)
-        return groups_to_plan(groups, np.asarray(batch.seq_ids).tolist(), lengths.tolist(), job.pool,
+        plan = groups_to_plan(groups, np.asarray(batch.seq_ids).tolist(), lengths.tolist(), job.pool,
                               self.name, max_tokens_per_rank=budget, min_cp_size=self.min_cp_size,
                               memory_checked=not self.legacy, upstream=UPSTREAM[self.legacy],
                               allowed_sizes=allowed_sizes(job.pool, self.min_cp_size))
+        if self.cp_engine == "ring":
+            return plan
+        return assign_engines(plan, self.cp_engine, job, cost_model, batch)
 
 
 @register_policy("mcore-dcp")

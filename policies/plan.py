@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class Engine:
         return self.ulysses * self.ring
 
     @staticmethod
-    def for_size(kind: str, size: int, ulysses: int = 1) -> "Engine":
+    def for_size(kind: str, size: int, ulysses: int = 1) -> Engine:
         """The engine of ``kind`` for a group of ``size`` ranks (``ulysses`` only for hybrid)."""
         if kind == "ring":
             return Engine("ring", 1, size)
@@ -61,7 +62,7 @@ class Engine:
         return self.kind
 
     @staticmethod
-    def parse(text: str, size: int) -> "Engine":
+    def parse(text: str, size: int) -> Engine:
         m = re.fullmatch(r"hybrid\((\d+),(\d+)\)", text.replace(" ", ""))
         if m:
             return Engine("hybrid", int(m.group(1)), int(m.group(2)))
@@ -120,7 +121,7 @@ class Plan:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> "Plan":
+    def from_dict(d: Mapping[str, Any]) -> Plan:
         try:
             mbs = tuple(
                 Microbatch(tuple(
@@ -133,7 +134,7 @@ class Plan:
             raise PlanError(f"malformed plan JSON: missing or bad field {e}") from None
 
     @staticmethod
-    def from_json(text: str) -> "Plan":
+    def from_json(text: str) -> Plan:
         return Plan.from_dict(json.loads(text))
 
 

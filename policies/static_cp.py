@@ -9,7 +9,6 @@ k·R .. k·R + R − 1 on replicas 0 .. R − 1 (the last microbatch may leave r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -55,7 +54,7 @@ def default_degree(job: JobSpec, budget: int) -> int:
 class StaticCP:
     """Fixed CP degree for all sequences; documents packed into context windows."""
 
-    cp_degree: Optional[int] = None
+    cp_degree: int | None = None
     cp_engine: str = "ring"
     name = "static-cp"
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from policies.errors import PlanError
@@ -12,8 +10,8 @@ from policies.plan import BatchLike, Plan
 _EPS = 1e-9
 
 
-def validate_plan(plan: Plan, batch: BatchLike, *, max_tokens_per_rank: Optional[float] = None,
-                  kv_heads_per_rank: Optional[int] = None, heads_per_rank: Optional[int] = None) -> None:
+def validate_plan(plan: Plan, batch: BatchLike, *, max_tokens_per_rank: float | None = None,
+                  kv_heads_per_rank: int | None = None, heads_per_rank: int | None = None) -> None:
     """Raise :class:`PlanError` naming the first broken invariant; return None for a valid plan.
 
     Checks: every sequence of the batch appears exactly once and no unknown id appears; groups of a

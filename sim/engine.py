@@ -17,8 +17,8 @@ ready at the same instant therefore start in a fixed order (that of the dependen
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
 import numpy as np
 import simpy
@@ -48,7 +48,7 @@ class OpTimes:
     events: int  # simpy events processed
 
 
-def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Optional[Mapping[int, float]]):
+def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int, float] | None):
     """compute[p, G, 2], cp_comm[p, G, 2], pp transfer[p, G] (towards the next stage)."""
     G = fp.num_groups
     compute = np.zeros((p, G, 2))
@@ -106,7 +106,7 @@ def _edges(fp: FlatPlan, p: int, xfer: np.ndarray):
 
 
 def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
-            slowdown: Optional[Mapping[int, float]] = None) -> OpTimes:
+            slowdown: Mapping[int, float] | None = None) -> OpTimes:
     """Run one iteration of ``fp`` on ``num_stages`` stages; return every operation's times."""
     p, G = num_stages, fp.num_groups
     compute, comm, xfer = _op_costs(fp, cost_model, p, slowdown)
@@ -125,8 +125,7 @@ def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
         env.timeout(dur[op]).callbacks.append(lambda _e, op=op: finish(op))
 
     def arrive(op: int, dep_end: float) -> None:
-        if dep_end > ready[op]:
-            ready[op] = dep_end
+        ready[op] = max(ready[op], dep_end)
         pending[op] -= 1
         if pending[op] == 0:
             begin(op)

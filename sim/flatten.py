@@ -51,7 +51,7 @@ def flatten(plan: Plan, batch: BatchLike) -> FlatPlan:
     if len(s_id_arr) and (len(sorted_ids) == 0 or np.any(sorted_ids[pos] != s_id_arr)):
         bad = s_id_arr[sorted_ids[pos] != s_id_arr][0] if len(sorted_ids) else s_id_arr[0]
         raise PlanError(f"plan names sequence id {int(bad)}, which is not in the batch")
-    i64 = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+    i64 = lambda x: np.asarray(x, dtype=np.int64)
     groups = GroupBatch(seq_len=lengths[order[pos]] if len(s_id_arr) else i64([]), seq_group=i64(s_group),
                         size=i64(g_size), ulysses=i64(g_u), first_rank=i64(g_first))
     return FlatPlan(plan.pool_size, plan.num_microbatches, i64(g_mb), groups, i64(m_rank), i64(m_group))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
 import numpy as np
 
@@ -60,7 +60,6 @@ def build_timeline(fp: FlatPlan, ot: OpTimes) -> Timeline:
     np.maximum.at(last, stage * W + rank, ot.end[op])
     s_stage = np.repeat(np.arange(p), W)
     s_rank = np.tile(np.arange(W), p)
-    ones = np.ones(p * W, dtype=bool)
     s0, sc, se = ot.sync_start[s_stage], ot.sync_comm[s_stage], ot.sync_end[s_stage]
     neg, zero, sph = np.full(p * W, -1), np.zeros(p * W), np.full(p * W, "S")
     add(s0 > last, s_stage, s_rank, neg, sph, "idle", "", last, s0, zero)
@@ -97,8 +96,8 @@ def peak_tokens_in_flight(fp: FlatPlan, p: int) -> np.ndarray:
     return out
 
 
-def simulate_plan(plan: Plan, batch: BatchLike, cost_model: CostModel, *, num_stages: Optional[int] = None,
-                  slowdown: Optional[Mapping[int, float]] = None, scheduling_time_s: float = 0.0) -> IterationResult:
+def simulate_plan(plan: Plan, batch: BatchLike, cost_model: CostModel, *, num_stages: int | None = None,
+                  slowdown: Mapping[int, float] | None = None, scheduling_time_s: float = 0.0) -> IterationResult:
     """Simulate one iteration of ``plan`` over ``batch`` with ``cost_model``.
 
     ``slowdown`` maps pool ranks to compute slow-down factors (stragglers); a CP group runs at its slowest

@@ -18,8 +18,8 @@ tokens      float64   tokens this rank holds in the operation (Σ L / degree); 0
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -61,7 +61,7 @@ class Timeline:
         return pd.DataFrame({c: self.columns[c] for c in COLUMNS})
 
     @staticmethod
-    def from_frame(df: pd.DataFrame, num_stages: int | None = None, pool_size: int | None = None) -> "Timeline":
+    def from_frame(df: pd.DataFrame, num_stages: int | None = None, pool_size: int | None = None) -> Timeline:
         """From a DataFrame with the schema's columns (e.g. one measured by real_runtime)."""
         cols = {c: df[c].to_numpy() for c in COLUMNS if c in df}
         t = Timeline(cols, num_stages or int(df["stage"].max()) + 1, pool_size or int(df["rank"].max()) + 1)

@@ -205,10 +205,24 @@ def test_legacy_has_no_minimum_degree() -> None:
         create_policy("mcore-dcp-legacy", min_cp_size=2)
 
 
-@pytest.mark.parametrize("engine", ["ulysses", "hybrid", "auto"])
-def test_other_engines_not_yet_supported(engine: str) -> None:
-    with pytest.raises(PolicyError, match=f"cp_engine = '{engine}' is not yet supported"):
-        create_policy("mcore-dcp", cp_engine=engine)
+@pytest.mark.parametrize("engine", ["hybrid", "auto"])
+def test_other_engines_keep_upstream_groups(engine: str) -> None:
+    """cp_engine changes only the engines of upstream's groups (ablation: upstream scheduler + hierarchical
+    engine)."""
+    from cost_models import AnalyticCostModel
+    from tests.conftest import small_job
+
+    job = small_job(pool=16, max_tokens_per_rank=8192)
+    cm = AnalyticCostModel(job)
+    batch = Batch.of([60000, 30000, 9000, 4000, 2000, 1500, 800, 700] * 3)
+    ring = create_policy("mcore-dcp").plan(batch, job, cm)
+    other = create_policy("mcore-dcp", cp_engine=engine).plan(batch, job, cm)
+    strip = lambda p: [[(g.ranks, g.seq_ids) for g in mb.groups] for mb in p.microbatches]  # noqa: E731
+    assert strip(ring) == strip(other)
+    engines = {str(g.engine) for mb in other.microbatches for g in mb.groups if g.size > 1}
+    assert engines and not engines <= {"ring"}
+    validate_plan(other, batch, max_tokens_per_rank=8192, kv_heads_per_rank=job.kv_heads_per_rank,
+                  heads_per_rank=job.heads_per_rank)
 
 
 def test_unknown_engine_and_option() -> None:
