@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Optional, TextIO
 
 
 class Progress:
-    def __init__(self, label: str, total: int, stream: TextIO = sys.stderr, enabled: bool = True) -> None:
-        self.label, self.total, self.stream = label, total, stream
+    def __init__(self, label: str, total: int, stream: Optional[TextIO] = None, enabled: bool = True) -> None:
+        self.label, self.total = label, total
+        self.stream = stream or sys.stderr
         self.enabled = enabled and total > 1
         self.t0 = time.perf_counter()
         self.tty = hasattr(stream, "isatty") and stream.isatty()
