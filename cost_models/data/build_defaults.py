@@ -1,0 +1,100 @@
+"""Build the shipped calibration data from the reference tables in ``cost_models/data/reference``.
+
+Run from the repository root::
+
+    python -m cost_models.data.build_defaults          # rewrites profile_h100.csv, calibration_h100.json,
+                                                       # calibration_h200.json and cp_scaling_check.csv
+
+Steps (sources and licences in reference/SOURCES.md):
+
+1. ``h100_attention_tflops_published.csv`` (FlashAttention-2/3 papers) → attention rows of the profile schema.
+   The papers' runs use hidden size 2048 (heads = 2048 / head_dim) and batches of ``batch_tokens`` tokens
+   (batch = batch_tokens / seqlen); time = FLOPs / (TFLOP/s · 10¹²) with the papers' own FLOP convention,
+   which is cost_models.profile_table's: forward 4·seqlen²·d·heads per sequence, halved under a causal mask,
+   backward 2.5x forward. The FA2 paper's ``fwd+bwd`` rows have no op of their own in the schema; they are
+   left out of the profile (they serve as a check of the causal-backward derivation in docs/calibration.md).
+2. ``nccl_h100x8_intranode.csv`` (nccl-tests) → collective rows: out-of-place time, ``size_bytes`` as bytes,
+   ``ngpu`` as group size, link nvlink.
+3. Fit with :func:`cost_models.fitting.fit_calibration` on top of the published figures
+   (:func:`cost_models.calibration.published_calibration`): H100 as measured; H200 from the same rows, since
+   the H200 SXM has the H100 SXM's tensor cores, clocks and NVLink 4 (data sheets: 989 dense BF16 TFLOP/s,
+   900 GB/s NVLink) and attention at head_dim 128 is compute-bound, so its larger, faster HBM changes neither
+   curve. Network links stay at the published figures (the NCCL data is intra-node only).
+4. ``attn_h100_per_doc_by_cp_tp.csv`` (DistCA) → relative CP / TP speed-ups against the fitted forward curve
+   (cp_scaling_check.csv); absolute values are not used (its head configuration is unknown).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from cost_models.calibration import published_calibration
+from cost_models.fitting import cp_scaling_check, fit_calibration
+from cost_models.flops import ATTENTION_BWD_FACTOR
+from cost_models.presets import get_gpu
+from cost_models.profile_table import COLUMNS, read_profile, validate_profile, write_profile
+
+HERE = Path(__file__).parent
+REFERENCE = HERE / "reference"
+FA_HIDDEN = 2048  # FlashAttention-2/3 papers' benchmark setting
+NCCL_SOURCE = "nccl-tests out-of-place, H100 SXM x8 one node (hao-ai-lab/DistCA nccl_perf.csv, Apache-2.0)"
+NAMES = {"h100": "h100-reference-fit", "h200": "h200-from-h100-reference-fit"}
+
+
+def convert_published_attention(path: Path) -> pd.DataFrame:
+    """Profile rows (attn_fwd / attn_bwd) from the published TFLOP/s table; fwd+bwd rows are dropped."""
+    src = pd.read_csv(path)
+    src = src[src["pass"].isin(["fwd", "bwd"])]
+    rows = []
+    for r in src.to_dict("records"):
+        L, d = int(r["seqlen"]), int(r["head_dim"])
+        heads, batch = FA_HIDDEN // d, int(r["batch_tokens"]) // L
+        flops = 4.0 * L**2 * d * heads * batch * (0.5 if int(r["causal"]) else 1.0)
+        flops *= ATTENTION_BWD_FACTOR if r["pass"] == "bwd" else 1.0
+        seconds = float(f"{flops / (float(r['tflops']) * 1e12):.6g}")
+        rows.append({"op": f"attn_{r['pass']}", "kernel": r["kernel"], "q_len": L, "kv_len": L,
+                     "batch": batch, "heads": heads, "kv_heads": heads, "head_dim": d,
+                     "causal": int(r["causal"]), "device": "h100", "seconds": seconds,
+                     "source": str(r["source"])})
+    return _table(rows)
+
+
+def convert_nccl(path: Path) -> pd.DataFrame:
+    """Profile rows of the nccl-tests collectives (out-of-place time)."""
+    src = pd.read_csv(path)
+    rows = [{"op": r.op, "bytes": int(r.size_bytes), "group_size": int(r.ngpu), "link": "nvlink",
+             "device": "h100", "seconds": float(f"{r.t_us_out}e-6"), "source": NCCL_SOURCE}
+            for r in src.itertuples(index=False)]
+    return _table(rows)
+
+
+def _table(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows).reindex(columns=list(COLUMNS))
+    return validate_profile(df.astype(object).where(df.notna(), ""), origin="converted reference table")
+
+
+def main(argv: list[str] | None = None) -> int:
+    out = Path(argv[0]) if argv else HERE
+    att = convert_published_attention(REFERENCE / "h100_attention_tflops_published.csv")
+    profile = pd.concat([att, convert_nccl(REFERENCE / "nccl_h100x8_intranode.csv")], ignore_index=True)
+    write_profile(profile, out / "profile_h100.csv")
+    profile = read_profile(out / "profile_h100.csv")
+    for gpu, name in NAMES.items():
+        cal, report = fit_calibration(profile, published_calibration(get_gpu(gpu)), name)
+        (out / f"calibration_{gpu}.json").write_text(cal.to_json() + "\n")
+        print(f"{gpu}: wrote {out / f'calibration_{gpu}.json'}")
+        for t in report.terms:
+            print(f"  {t.key:24s} {t.how:8s} {t.params}  MAPE {t.mape:.1%}")
+        if gpu == "h100":
+            print("  leave-one-out median |error| per kernel:",
+                  {k: f"{v:.1%}" for k, v in report.loo_median.items()})
+            chk = cp_scaling_check(pd.read_csv(REFERENCE / "attn_h100_per_doc_by_cp_tp.csv"), cal.attn_fwd)
+            chk.round(4).to_csv(out / "cp_scaling_check.csv", index=False, lineterminator="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

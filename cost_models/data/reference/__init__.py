@@ -1,0 +1,1 @@
+"""Unmodified copies of the public reference tables (sources and licences in SOURCES.md)."""

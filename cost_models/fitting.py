@@ -1,0 +1,327 @@
+"""Fitting a :class:`~cost_models.calibration.Calibration` to a profile table (scipy least squares).
+
+* Attention and GEMM: the saturating curve TFLOP/s(x) = peak · x / (x + half) of cost_models.calibration,
+  fitted per (kernel, pass, causal, head_dim) group by minimising the *relative* time error. Start values come
+  from the linearised form 1/TFLOP/s = 1/peak + (half/peak)·(1/x) (ordinary least squares), then
+  ``scipy.optimize.least_squares`` refines them with peak > 0 and half ≥ 0.
+* Causal backward: when a profile has no causal backward rows (the FlashAttention-3 paper publishes backward
+  only without mask), the causal curve is derived: at each measured length the non-causal backward curve is
+  multiplied by the causal / non-causal ratio of the *forward* curves of the same kernel and head dimension,
+  and the saturating curve is fitted to those points. (The FlashAttention-2 paper's forward+backward figures
+  show the same causal penalty as its forward alone, within a few percent; docs/calibration.md.)
+* Collectives: the α–β model of :class:`~cost_models.calibration.LinkModel`, t = base + hops·hop +
+  bytes·factor / busbw, linear in (base, hop, 1/busbw); solved per (op, link) by non-negative least squares on
+  relative errors (``scipy.optimize.lsq_linear``). With a single group size, hop keeps the base value.
+
+Terms absent from the profile keep the ``base`` calibration's values. Fitted numbers are rounded to 6
+significant digits so that the JSON is stable across platforms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares, lsq_linear
+
+from cost_models.calibration import COLLECTIVES, Calibration, LinkModel, SaturatingCurve
+from cost_models.errors import CalibrationError
+from cost_models.profile_table import ATTENTION_OPS, row_flops, row_size
+
+GroupKey = tuple[str, str, int, int]  # (kernel, op, causal, head_dim)
+
+
+def _sig(x: float, digits: int = 6) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def _ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    return np.abs(np.asarray(pred) / np.asarray(meas) - 1.0)
+
+
+# ---- saturating curves ------------------------------------------------------------------------------------
+def fit_saturating(x: np.ndarray, flops: np.ndarray, seconds: np.ndarray) -> SaturatingCurve:
+    """Fit peak (TFLOP/s) and half (size units) of the saturating curve to calls of ``flops`` at size ``x``
+    taking ``seconds``; relative least squares. One point (or a single size) fixes half = 0."""
+    x, flops, seconds = (np.asarray(a, dtype=np.float64) for a in (x, flops, seconds))
+    tf = flops / seconds / 1e12
+    if x.size == 0:
+        raise CalibrationError("cannot fit a curve to no rows")
+    if x.size == 1 or np.ptp(x) == 0:
+        return SaturatingCurve(_sig(float(np.exp(np.mean(np.log(tf))))), 0.0)
+    slope, icpt = np.polyfit(1.0 / x, 1.0 / tf, 1)  # 1/tf = 1/peak + (half/peak)/x
+    p0 = 1.0 / icpt if icpt > 0 else float(tf.max())
+    h0 = max(slope * p0, 0.0)
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        peak, half = p
+        return flops * (x + half) / (peak * 1e12 * x) / seconds - 1.0
+
+    sol = least_squares(resid, x0=[p0, h0], bounds=([1e-9, 0.0], [np.inf, np.inf]),
+                        x_scale=[p0, max(h0, 1.0)], method="trf")
+    return SaturatingCurve(_sig(float(sol.x[0])), _sig(float(sol.x[1])))
+
+
+def fit_hill(x: np.ndarray, flops: np.ndarray, seconds: np.ndarray) -> tuple[float, float, float]:
+    """A 3-parameter alternative, TFLOP/s = peak · x^k / (x^k + half^k), fitted the same way; used only to
+    check whether the 2-parameter curve leaves accuracy on the table (docs/calibration.md)."""
+    x, flops, seconds = (np.asarray(a, dtype=np.float64) for a in (x, flops, seconds))
+    c = fit_saturating(x, flops, seconds)
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        peak, half, k = p
+        tf = peak * x**k / (x**k + half**k)
+        return flops / (tf * 1e12) / seconds - 1.0
+
+    sol = least_squares(resid, x0=[c.peak_tflops, max(c.half, 1.0), 1.0],
+                        bounds=([1e-9, 1e-9, 0.2], [np.inf, np.inf, 5.0]), method="trf")
+    return float(sol.x[0]), float(sol.x[1]), float(sol.x[2])
+
+
+def _hill_seconds(p: tuple[float, float, float], x: np.ndarray, flops: np.ndarray) -> np.ndarray:
+    peak, half, k = p
+    return flops / (peak * x**k / (x**k + half**k) * 1e12)
+
+
+def attention_groups(df: pd.DataFrame) -> dict[GroupKey, pd.DataFrame]:
+    """Attention rows by (kernel, op, causal, head_dim), in sorted key order."""
+    att = df[df["op"].isin(ATTENTION_OPS)]
+    out: dict[GroupKey, pd.DataFrame] = {}
+    for key, g in att.groupby(["kernel", "op", "causal", "head_dim"], sort=True):
+        out[(str(key[0]), str(key[1]), int(key[2]), int(key[3]))] = g
+    return out
+
+
+def _fit_rows(g: pd.DataFrame) -> SaturatingCurve:
+    return fit_saturating(row_size(g), row_flops(g), g["seconds"].to_numpy())
+
+
+def loo_errors(df: pd.DataFrame, form: str = "saturating") -> pd.DataFrame:
+    """Leave-one-out over the attention rows: each row is predicted by the curve of its group fitted without
+    it. Returns kernel, op, causal, head_dim, size, measured and predicted seconds, and the relative error."""
+    recs = []
+    for key, g in attention_groups(df).items():
+        if len(g) < 3:
+            continue
+        x, fl, s = row_size(g), row_flops(g), g["seconds"].to_numpy()
+        for i in range(len(g)):
+            keep = np.arange(len(g)) != i
+            if form == "saturating":
+                pred = float(fit_saturating(x[keep], fl[keep], s[keep]).seconds(fl[i], x[i]))
+            elif form == "hill":
+                pred = float(_hill_seconds(fit_hill(x[keep], fl[keep], s[keep]), x[i], fl[i]))
+            else:
+                raise ValueError(f"unknown curve form {form!r}")
+            recs.append(dict(zip(("kernel", "op", "causal", "head_dim"), key), size=x[i], measured_s=s[i],
+                             predicted_s=pred, rel_error=pred / s[i] - 1.0))
+    return pd.DataFrame(recs)
+
+
+def loo_summary(df: pd.DataFrame, form: str = "saturating") -> dict[str, float]:
+    """Median absolute leave-one-out error per kernel (fraction)."""
+    e = loo_errors(df, form)
+    if e.empty:
+        return {}
+    med = e.assign(abs_error=e["rel_error"].abs()).groupby("kernel")["abs_error"].median()
+    return {str(k): float(v) for k, v in med.items()}
+
+
+# ---- collectives ----------------------------------------------------------------------------------------
+def factor_and_hops(op: str, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bus-bandwidth factor and hop count of ``op`` over n ranks, as in LinkModel.seconds."""
+    probe = LinkModel(base_s=0.0, hop_s=1.0, busbw_gbs=1e-9)  # seconds = hops + bytes·factor
+    hops = probe.seconds(op, 0.0, n)
+    factor = LinkModel(base_s=0.0, hop_s=0.0, busbw_gbs=1e-9).seconds(op, 1.0, n)
+    return factor, hops
+
+
+def fit_link(op: str, nbytes: np.ndarray, n: np.ndarray, seconds: np.ndarray, base: LinkModel) -> LinkModel:
+    """Fit base_s, hop_s and busbw_gbs of one collective on one link class (non-negative, relative errors).
+    With a single group size hop_s keeps ``base.hop_s``; with a single buffer size busbw keeps the base."""
+    nbytes, n, seconds = (np.asarray(a, dtype=np.float64) for a in (nbytes, n, seconds))
+    factor, hops = factor_and_hops(op, n)
+    cols, names = [np.ones_like(seconds)], ["base"]
+    known = np.zeros_like(seconds)
+    if np.unique(hops).size > 1:
+        cols.append(hops)
+        names.append("hop")
+    else:
+        known += hops * base.hop_s
+    if np.unique(nbytes * factor).size > 1:
+        cols.append(nbytes * factor / 1e9)
+        names.append("inv_bw")
+    else:
+        known += nbytes * factor / (base.busbw_gbs * 1e9)
+    A = np.stack(cols, axis=1) / seconds[:, None]
+    b = (seconds - known) / seconds
+    sol = lsq_linear(A, b, bounds=(0.0, np.inf), method="bvls")
+    p = dict(zip(names, sol.x))
+    inv_bw = p.get("inv_bw", 1.0 / base.busbw_gbs)
+    if inv_bw <= 0:
+        raise CalibrationError(f"{op}: the measured times do not grow with bytes; cannot fit a bandwidth")
+    return LinkModel(base_s=_sig(p["base"]), hop_s=_sig(p.get("hop", base.hop_s)),
+                     busbw_gbs=_sig(1.0 / inv_bw))
+
+
+# ---- the whole calibration ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpFit:
+    """One calibrated term: its key (``attn_fwd``, ``gemm``, ``all_gather:nvlink``, ...), how it was obtained
+    (``fitted``, ``derived``, ``base``), the rows used, and mean / max absolute relative error on them."""
+
+    key: str
+    how: str
+    params: dict[str, float]
+    rows: int = 0
+    mape: float = math.nan
+    max_ape: float = math.nan
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """What :func:`fit_calibration` did: the calibrated terms, every attention group's own curve (for
+    plots), and the leave-one-out median error per kernel."""
+
+    name: str
+    kernel: str | None
+    head_dim: int | None
+    terms: tuple[OpFit, ...]
+    groups: dict[GroupKey, SaturatingCurve] = field(default_factory=dict)
+    group_mape: dict[GroupKey, float] = field(default_factory=dict)
+    loo_median: dict[str, float] = field(default_factory=dict)
+
+    def term(self, key: str) -> OpFit:
+        return next(t for t in self.terms if t.key == key)
+
+
+def _choose(df: pd.DataFrame, kernel: str | None, head_dim: int | None) -> tuple[str | None, int | None]:
+    att = df[df["op"].isin(ATTENTION_OPS)]
+    if att.empty:
+        return kernel, head_dim
+    if kernel is None:
+        counts = att["kernel"].value_counts()
+        kernel = str(min(counts.index, key=lambda k: (-counts[k], k)))
+    elif kernel not in set(att["kernel"]):
+        raise CalibrationError(f"no attention rows of kernel {kernel!r}; the profile has "
+                               f"{', '.join(sorted(map(repr, set(att['kernel']))))}")
+    mine = att[att["kernel"] == kernel]
+    if head_dim is None:
+        counts = mine["head_dim"].value_counts()
+        head_dim = int(min(counts.index, key=lambda d: (-counts[d], d)))
+    elif head_dim not in set(mine["head_dim"].astype(int)):
+        raise CalibrationError(f"no attention rows of kernel {kernel!r} with head_dim {head_dim}; it has "
+                               f"{', '.join(map(str, sorted(set(mine['head_dim'].astype(int)))))}")
+    return kernel, head_dim
+
+
+def _curve_term(key: str, g: pd.DataFrame, curve: SaturatingCurve, how: str, note: str = "") -> OpFit:
+    ape = _ape(curve.seconds(row_flops(g), row_size(g)), g["seconds"].to_numpy())
+    return OpFit(key, how, {"peak_tflops": curve.peak_tflops, "half": curve.half}, len(g), float(ape.mean()),
+                 float(ape.max()), note)
+
+
+def _derive_causal_bwd(groups: dict[GroupKey, SaturatingCurve], rows: dict[GroupKey, pd.DataFrame],
+                       kernel: str, d: int) -> SaturatingCurve | None:
+    need = [(kernel, "attn_bwd", 0, d), (kernel, "attn_fwd", 1, d), (kernel, "attn_fwd", 0, d)]
+    if not all(k in groups for k in need):
+        return None
+    bn, fc, fn = (groups[k] for k in need)
+    x = np.unique(row_size(rows[need[0]]))
+    tf = bn.tflops(x) * fc.tflops(x) / fn.tflops(x)
+    return fit_saturating(x, tf * 1e12, np.ones_like(x))
+
+
+def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kernel: str | None = None,
+                    head_dim: int | None = None) -> tuple[Calibration, FitReport]:
+    """Fit the terms a validated profile measures; keep ``base`` for the others.
+
+    ``kernel`` and ``head_dim`` choose the attention rows that set ``attn_fwd`` / ``attn_bwd`` (default: the
+    kernel with most attention rows, then its most common head dimension). Every attention group is fitted
+    too (``FitReport.groups``) and checked by leave-one-out.
+    """
+    kernel, d = _choose(profile, kernel, head_dim)
+    rows = attention_groups(profile)
+    groups = {k: _fit_rows(g) for k, g in rows.items()}
+    group_mape = {k: float(_ape(c.seconds(row_flops(rows[k]), row_size(rows[k])), rows[k]["seconds"]).mean())
+                  for k, c in groups.items()}
+    terms: list[OpFit] = []
+    fwd, bwd = base.attn_fwd, base.attn_bwd
+    kfc, kbc = (kernel, "attn_fwd", 1, d), (kernel, "attn_bwd", 1, d)
+    if kfc in groups:
+        fwd = groups[kfc]
+        terms.append(_curve_term("attn_fwd", rows[kfc], fwd, "fitted", f"{kernel} causal d{d}"))
+    else:
+        terms.append(OpFit("attn_fwd", "base", {"peak_tflops": fwd.peak_tflops, "half": fwd.half},
+                           note=f"no causal rows; from {base.name}"))
+    derived = None if kbc in groups else _derive_causal_bwd(groups, rows, kernel, d) if kernel else None
+    if kbc in groups:
+        bwd = groups[kbc]
+        terms.append(_curve_term("attn_bwd", rows[kbc], bwd, "fitted", f"{kernel} causal d{d}"))
+    elif derived is not None:
+        bwd = derived
+        kbn = (kernel, "attn_bwd", 0, d)
+        t = _curve_term("attn_bwd", rows[kbn], groups[kbn], "derived")
+        terms.append(replace(t, params={"peak_tflops": bwd.peak_tflops, "half": bwd.half},
+                             note=f"{kernel} d{d} full bwd x causal/full fwd (errors: full bwd)"))
+    else:
+        terms.append(OpFit("attn_bwd", "base", {"peak_tflops": bwd.peak_tflops, "half": bwd.half},
+                           note=f"no causal rows; from {base.name}"))
+    gemm = base.gemm
+    g_rows = profile[profile["op"] == "gemm"]
+    if len(g_rows):
+        gemm = _fit_rows(g_rows)
+        terms.append(_curve_term("gemm", g_rows, gemm, "fitted"))
+    else:
+        terms.append(OpFit("gemm", "base", {"peak_tflops": gemm.peak_tflops, "half": gemm.half},
+                           note=f"not profiled; from {base.name}"))
+    comm = dict(base.comm)
+    coll = profile[profile["op"].isin(COLLECTIVES)]
+    for (op, link), g in coll.groupby(["op", "link"], sort=True):
+        key = f"{op}:{link}"
+        b = comm.get(key) or base.link(op, link)
+        lm = fit_link(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64),
+                      g["seconds"].to_numpy(), b)
+        comm[key] = lm
+        ape = _ape(lm.seconds(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64)),
+                   g["seconds"].to_numpy())
+        terms.append(OpFit(key, "fitted", {"base_s": lm.base_s, "hop_s": lm.hop_s, "busbw_gbs": lm.busbw_gbs},
+                           len(g), float(ape.mean()), float(ape.max()),
+                           f"n = {', '.join(map(str, sorted(set(g['group_size'].astype(int)))))}"))
+    fitted_keys = {t.key for t in terms if t.key.count(":")}
+    for key in sorted(comm):
+        if key not in fitted_keys:
+            lm = comm[key]
+            params = {"base_s": lm.base_s, "hop_s": lm.hop_s, "busbw_gbs": lm.busbw_gbs}
+            terms.append(OpFit(key, "base", params, note=f"not profiled; from {base.name}"))
+    sources = sorted({s for s in profile["source"] if s})
+    src = (f"fit of {len(profile)} profile rows by dcpsim calibrate"
+           + (f" (attention: {kernel}, head_dim {d})" if kernel else "")
+           + f"; terms not in the profile from {base.name}"
+           + (f"; profile sources: {' | '.join(sources)}" if sources else ""))
+    cal = Calibration(name=name, attn_fwd=fwd, attn_bwd=bwd, gemm=gemm, comm=dict(sorted(comm.items())),
+                      source=src)
+    report = FitReport(name, kernel, d, tuple(terms), groups, group_mape, loo_summary(profile))
+    return cal, report
+
+
+def cp_scaling_check(per_doc: pd.DataFrame, curve: SaturatingCurve) -> pd.DataFrame:
+    """Compare measured CP / TP speed-ups of one document's attention with the model's.
+
+    ``per_doc`` has columns L, cp, tp and a time; speed-ups are relative to cp = tp = 1 at the same L, so
+    absolute numbers (and the unknown head configuration) cancel. The model (cost_models.analytic, ring with
+    dual-chunk balancing): c ranks each do 1/c of the FLOPs at block length L/c, so the CP speed-up is
+    c · eff(L/c) / eff(L); TP splits heads and keeps the block, a speed-up of exactly t.
+    """
+    tcol = next(c for c in per_doc.columns if c not in ("L", "cp", "tp"))
+    ref = per_doc[(per_doc["cp"] == 1) & (per_doc["tp"] == 1)].set_index("L")[tcol]
+    L = per_doc["L"].to_numpy(np.float64)
+    c = per_doc["cp"].to_numpy(np.float64)
+    t = per_doc["tp"].to_numpy(np.float64)
+    measured = ref.reindex(per_doc["L"]).to_numpy() / per_doc[tcol].to_numpy(np.float64)
+    model = c * t * curve.tflops(L / c) / curve.tflops(L)
+    return pd.DataFrame({"L": per_doc["L"].to_numpy(), "cp": per_doc["cp"].to_numpy(),
+                         "tp": per_doc["tp"].to_numpy(), "measured_speedup": measured,
+                         "model_speedup": model, "ratio": model / measured})

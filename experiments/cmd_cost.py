@@ -1,0 +1,149 @@
+"""The analytic cost model's prediction for one sequence on one layer, for one rank of its CP group.
+
+Times are seconds per layer on one rank (a TP group of --tp GPUs, as in the simulator): attention and linear
+compute (forward, backward) and the *exposed* CP communication of the chosen engine. FLOPs are per GPU. The
+numbers are those the simulator uses: the command builds a one-layer job and calls the analytic model's
+group_costs on a one-group batch; attention and linear compute are told apart by pricing the job once more
+with the other kernel class made free.
+
+Examples:
+  dcpsim cost --gpu h100 --seq-len 32768 --heads 64 --kv-heads 4 --head-dim 128 --cp 1 --json
+  dcpsim cost --model llama3-8b --seq-len 131072 --cp 8 --cp-engine hybrid --ulysses 4
+  dcpsim cost --model llama3-70b --tp 8 --seq-len 65536 --cp 4 --calibration my_cluster.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_gpu, get_model
+from cost_models import flops as fl
+from cost_models.calibration import SaturatingCurve, default_calibration
+from experiments.errors import ScenarioError
+from experiments.report import format_table
+from policies.engines import ulysses_degrees
+
+NAME = "cost"
+HELP = "the cost model's prediction for one sequence on one layer"
+ORDER = 45
+FREE = SaturatingCurve(math.inf, 0.0)  # a kernel that takes no time
+DEFAULT_VOCAB = 128256  # only the LM head uses it; a one-layer cost never does
+
+
+def _pos(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be ≥ 1")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seq-len", type=_pos, required=True, help="sequence length in tokens")
+    m = p.add_argument_group("model (a preset, or explicit sizes; explicit sizes override the preset)")
+    m.add_argument("--model", help="model preset: llama3-8b, llama3-70b, tiny")
+    m.add_argument("--heads", type=_pos, help="query heads a")
+    m.add_argument("--kv-heads", type=_pos, help="key/value heads g (default: the preset's, else = heads)")
+    m.add_argument("--head-dim", type=_pos, help="head dimension d (default: the preset's, else 128)")
+    m.add_argument("--hidden", type=_pos, help="hidden size h (default: the preset's, else heads x head-dim)")
+    m.add_argument("--ffn", type=_pos,
+                   help="SwiGLU intermediate size (default: the preset's, else 3.5 x hidden)")
+    j = p.add_argument_group("parallelism and hardware")
+    j.add_argument("--gpu", default="h100", help="GPU preset: h100, h200 (default h100)")
+    j.add_argument("--tp", type=_pos, default=1, help="tensor-parallel degree (default 1)")
+    j.add_argument("--cp", type=_pos, default=1, help="CP degree c of the sequence's group (default 1)")
+    j.add_argument("--cp-engine", choices=("ring", "ulysses", "hybrid"), default="ring",
+                   help="CP engine (default ring)")
+    j.add_argument("--ulysses", type=_pos, help="inner Ulysses degree u of a hybrid engine (u divides c)")
+    j.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: the GPU's shipped one)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def build_model(args: argparse.Namespace) -> ModelSpec:
+    """The one-layer model of the command line: a preset with explicit sizes overriding it."""
+    base = get_model(args.model) if args.model else None
+    if base is None and args.heads is None:
+        raise ScenarioError("give a model: --model PRESET or at least --heads (with --head-dim, --kv-heads)")
+    heads = args.heads or base.heads
+    head_dim = args.head_dim or (base.head_dim if base else 128)
+    hidden = args.hidden or (base.hidden if base else heads * head_dim)
+    ffn = args.ffn or (base.ffn if base else round(3.5 * hidden))
+    kv_heads = args.kv_heads or (base.kv_heads if base else heads)
+    return ModelSpec(name=f"{base.name if base else 'custom'}-1-layer", hidden=hidden, ffn=ffn, layers=1,
+                     heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                     vocab=base.vocab if base else DEFAULT_VOCAB)
+
+
+def _ulysses(args: argparse.Namespace, job: JobSpec) -> int:
+    c = args.cp
+    if args.ulysses is not None and args.cp_engine != "hybrid":
+        raise ScenarioError(f"--ulysses is for --cp-engine hybrid, not {args.cp_engine}")
+    u = {"ring": 1, "ulysses": c, "hybrid": args.ulysses}[args.cp_engine]
+    if u is None:
+        raise ScenarioError("--cp-engine hybrid needs --ulysses U (the inner all-to-all degree)")
+    if u > 1 and u not in ulysses_degrees(c, job):
+        raise ScenarioError(f"a Ulysses degree of {u} is invalid for a group of {c} ranks: it must divide "
+                            f"the group size and the KV heads per TP rank ({job.kv_heads_per_rank}) and "
+                            f"fit in a node; valid: {', '.join(map(str, ulysses_degrees(c, job)))}")
+    return u
+
+
+def predict(args: argparse.Namespace) -> dict:
+    """The prediction as a dict (what --json prints)."""
+    model = build_model(args)
+    gpu = get_gpu(args.gpu)
+    L, c = args.seq_len, args.cp
+    job = JobSpec(model=model, gpu=gpu, tp=args.tp, pp=1, pool=c, context_len=L, global_batch_tokens=L)
+    u = _ulysses(args, job)
+    cal = Calibration.load(args.calibration) if args.calibration else default_calibration(gpu)
+    one = GroupBatch(seq_len=np.array([L], dtype=np.int64), seq_group=np.array([0], dtype=np.int64),
+                     size=np.array([c], dtype=np.int64), ulysses=np.array([u], dtype=np.int64),
+                     first_rank=np.array([0], dtype=np.int64))
+    full = AnalyticCostModel(job, cal).group_costs(one)
+    attn = AnalyticCostModel(job, replace(cal, gemm=FREE)).group_costs(one)
+    lin = AnalyticCostModel(job, replace(cal, attn_fwd=FREE, attn_bwd=FREE)).group_costs(one)
+    att_f = float(fl.attention_fwd_flops(L, model)) / args.tp / c
+    lin_f = L / c * fl.linear_fwd_flops_per_token(model) / args.tp
+    names = {"ring": f"ring({c})", "ulysses": f"ulysses({c})", "hybrid": f"hybrid({u},{c // u})"}
+    engine = names[args.cp_engine]
+    return {
+        "seq_len": L, "gpu": gpu.name, "tp": args.tp, "cp": c, "engine": engine if c > 1 else "none",
+        "calibration": cal.name,
+        "model": {k: getattr(model, k) for k in ("hidden", "ffn", "heads", "kv_heads", "head_dim")},
+        "attention_fwd_s": float(attn.fwd_compute_s[0]), "attention_bwd_s": float(attn.bwd_compute_s[0]),
+        "linear_fwd_s": float(lin.fwd_compute_s[0]), "linear_bwd_s": float(lin.bwd_compute_s[0]),
+        "cp_comm_fwd_s": float(full.fwd_comm_s[0]), "cp_comm_bwd_s": float(full.bwd_comm_s[0]),
+        "total_s": float(full.total_s[0]),
+        "flops": {"attention_fwd": att_f, "attention_bwd": fl.ATTENTION_BWD_FACTOR * att_f,
+                  "linear_fwd": lin_f, "linear_bwd": fl.LINEAR_BWD_FACTOR * lin_f},
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    r = predict(args)
+    if args.json:
+        print(json.dumps(r, sort_keys=True))
+        return 0
+    m = r["model"]
+    print(f"one layer, one rank: L = {r['seq_len']:,} tokens on {r['gpu']}, TP{r['tp']}, CP{r['cp']} "
+          f"engine {r['engine']}; h {m['hidden']}, ffn {m['ffn']}, heads {m['heads']}/{m['kv_heads']} KV, "
+          f"d {m['head_dim']}; calibration {r['calibration']}")
+    ms = lambda s: f"{s * 1e3:.4g}"
+    tf = lambda n, s: f"{n / s / 1e12:.0f}" if s > 0 else "-"
+    fp = r["flops"]
+    rows = [["attention", ms(r["attention_fwd_s"]), ms(r["attention_bwd_s"]),
+             tf(fp["attention_fwd"], r["attention_fwd_s"]), tf(fp["attention_bwd"], r["attention_bwd_s"])],
+            ["linear", ms(r["linear_fwd_s"]), ms(r["linear_bwd_s"]), tf(fp["linear_fwd"], r["linear_fwd_s"]),
+             tf(fp["linear_bwd"], r["linear_bwd_s"])],
+            ["CP comm (exposed)", ms(r["cp_comm_fwd_s"]), ms(r["cp_comm_bwd_s"]), "", ""]]
+    fwd = r["attention_fwd_s"] + r["linear_fwd_s"] + r["cp_comm_fwd_s"]
+    rows.append(["total", ms(fwd), ms(r["total_s"] - fwd), "", ""])
+    print(format_table(rows, ["term", "fwd ms", "bwd ms", "fwd TFLOP/s", "bwd TFLOP/s"]))
+    return 0

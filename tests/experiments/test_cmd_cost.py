@@ -1,0 +1,118 @@
+"""``dcpsim cost``: one sequence, one layer, one rank; the numbers are the analytic model's own."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from cost_models import (
+    AnalyticCostModel,
+    GroupBatch,
+    JobSpec,
+    ModelSpec,
+    default_calibration,
+    get_gpu,
+    get_model,
+)
+from cost_models.flops import attention_fwd_flops
+from experiments.cli import main
+
+EXAMPLE = ["cost", "--gpu", "h100", "--seq-len", "32768", "--heads", "64", "--kv-heads", "4",
+           "--head-dim", "128", "--cp", "1", "--json"]
+KEYS = {"attention_fwd_s", "attention_bwd_s", "linear_fwd_s", "linear_bwd_s", "cp_comm_fwd_s",
+        "cp_comm_bwd_s", "flops", "total_s"}
+
+
+def run_json(capsys, args) -> dict:
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def one_group(L, c=1, u=1):
+    return GroupBatch(np.array([L]), np.array([0]), np.array([c]), np.array([u]), np.array([0]))
+
+
+def test_example_matches_the_analytic_model(capsys):
+    r = run_json(capsys, EXAMPLE)
+    assert KEYS <= set(r)
+    assert r["model"] == {"hidden": 8192, "ffn": 28672, "heads": 64, "kv_heads": 4, "head_dim": 128}
+    model = ModelSpec("m", hidden=8192, ffn=28672, layers=1, heads=64, kv_heads=4, head_dim=128, vocab=128256)
+    job = JobSpec(model=model, gpu=get_gpu("h100"), tp=1, pp=1, pool=1, context_len=32768)
+    gc = AnalyticCostModel(job).group_costs(one_group(32768))
+    assert r["attention_fwd_s"] + r["linear_fwd_s"] == pytest.approx(gc.fwd_compute_s[0], rel=1e-12)
+    assert r["attention_bwd_s"] + r["linear_bwd_s"] == pytest.approx(gc.bwd_compute_s[0], rel=1e-12)
+    assert r["cp_comm_fwd_s"] == r["cp_comm_bwd_s"] == 0.0
+    assert r["total_s"] == pytest.approx(gc.total_s[0])
+    assert r["flops"]["attention_fwd"] == pytest.approx(float(attention_fwd_flops(32768, model)))
+    cal = default_calibration(get_gpu("h100"))
+    assert r["calibration"] == cal.name
+    expected = float(cal.attn_fwd.seconds(r["flops"]["attention_fwd"], 32768))
+    assert r["attention_fwd_s"] == pytest.approx(expected)
+    assert r["linear_bwd_s"] == pytest.approx(2 * r["linear_fwd_s"])
+
+
+def test_cp_splits_the_work_and_adds_communication(capsys):
+    base = ["cost", "--model", "llama3-8b", "--seq-len", "131072", "--json"]
+    one = run_json(capsys, base)
+    ring = run_json(capsys, [*base, "--cp", "8"])
+    uly = run_json(capsys, [*base, "--cp", "8", "--cp-engine", "ulysses"])
+    hyb = run_json(capsys, [*base, "--cp", "8", "--cp-engine", "hybrid", "--ulysses", "4"])
+    assert ring["engine"] == "ring(8)" and uly["engine"] == "ulysses(8)" and hyb["engine"] == "hybrid(4,2)"
+    for r in (ring, uly, hyb):
+        assert r["linear_fwd_s"] == pytest.approx(one["linear_fwd_s"] / 8, rel=0.02)
+        assert r["flops"]["attention_fwd"] == pytest.approx(one["flops"]["attention_fwd"] / 8)
+        assert one["attention_fwd_s"] / 8 * (1 - 1e-12) <= r["attention_fwd_s"] < one["attention_fwd_s"] / 6
+    assert uly["attention_fwd_s"] == pytest.approx(one["attention_fwd_s"] / 8)  # whole sequences, a/8 heads
+    assert ring["attention_fwd_s"] > uly["attention_fwd_s"]  # ring blocks of L/8 run less efficiently
+    assert uly["cp_comm_fwd_s"] > 0 and hyb["cp_comm_fwd_s"] > 0
+
+
+def test_tp_and_model_overrides(capsys):
+    r = run_json(capsys, ["cost", "--model", "llama3-70b", "--seq-len", "16384", "--tp", "8", "--ffn", "1000",
+                          "--json"])
+    m = get_model("llama3-70b")
+    assert r["model"] == {"hidden": m.hidden, "ffn": 1000, "heads": m.heads, "kv_heads": m.kv_heads,
+                          "head_dim": m.head_dim}
+    assert r["tp"] == 8
+    assert r["flops"]["attention_fwd"] == pytest.approx(float(attention_fwd_flops(16384, m)) / 8)
+
+
+def test_calibration_file_changes_only_its_terms(tmp_path, capsys):
+    cal = default_calibration(get_gpu("h100"))
+    slow = tmp_path / "slow.json"
+    half_speed = replace(cal.attn_fwd, peak_tflops=cal.attn_fwd.peak_tflops / 2)
+    slow.write_text(replace(cal, attn_fwd=half_speed).to_json())
+    args = ["cost", "--model", "llama3-8b", "--seq-len", "65536", "--cp", "8", "--cp-engine", "ulysses",
+            "--json"]
+    a = run_json(capsys, args)
+    b = run_json(capsys, [*args, "--calibration", str(slow)])
+    assert b["attention_fwd_s"] == pytest.approx(2 * a["attention_fwd_s"])
+    for k in ("attention_bwd_s", "linear_fwd_s", "linear_bwd_s", "cp_comm_fwd_s", "cp_comm_bwd_s"):
+        assert a[k] == b[k], k
+
+
+def test_table_output(capsys):
+    assert main(EXAMPLE[:-1]) == 0
+    out = capsys.readouterr().out
+    for needle in ("attention", "linear", "CP comm (exposed)", "total", "fwd ms", "TFLOP/s", "heads 64/4 KV"):
+        assert needle in out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seq-len", "1000"], "give a model"),
+    (["--model", "llama3-8b", "--seq-len", "1000", "--cp", "8", "--cp-engine", "hybrid"], "needs --ulysses"),
+    (["--model", "llama3-8b", "--seq-len", "1000", "--cp", "8", "--cp-engine", "hybrid", "--ulysses", "16"],
+     "Ulysses degree of 16 is invalid"),
+    (["--model", "llama3-8b", "--seq-len", "1000", "--cp", "16", "--cp-engine", "ulysses"],
+     "Ulysses degree of 16"),
+    (["--model", "llama3-8b", "--seq-len", "1000", "--ulysses", "2"], "--ulysses is for --cp-engine hybrid"),
+    (["--model", "gpt5", "--seq-len", "1000"], "unknown model preset 'gpt5'"),
+    (["--heads", "6", "--kv-heads", "4", "--seq-len", "1000"], "kv_heads"),
+    (["--model", "llama3-8b", "--seq-len", "1000", "--calibration", "/nonexistent.json"],
+     "cannot read calibration"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, args, needle):
+    assert main(["cost", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err
