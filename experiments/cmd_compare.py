@@ -18,7 +18,7 @@ import sys
 from experiments.options import add_scenario_arguments, scenario_from_args
 from experiments.progress import Progress
 from experiments.report import compare_table
-from experiments.runner import parse_policy_specs, run_policy
+from experiments.runner import memory_warning, parse_policy_specs, run_policy
 
 NAME = "compare"
 HELP = "compare policies on the same global batches (default: the built-in scenario)"
@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         bar = Progress(spec.label, len(batches), enabled=not args.no_progress)
         pr = run_policy(spec, batches, cost_model, sc.policy_options, progress=bar)
         summaries.append(pr.summary(timings=True))
+        warn = memory_warning(summaries[-1], pr.gpu_memory_gib)
+        if warn:
+            print(warn, file=sys.stderr)
     if args.json:
         if not args.timings:
             summaries = [dict(s, scheduling_time_s=0.0) for s in summaries]

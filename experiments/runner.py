@@ -72,6 +72,7 @@ class PolicyRun:
     spec: PolicySpec
     iterations: tuple[IterationResult, ...]
     num_gpus: int
+    gpu_memory_gib: float
 
     def summary(self, timings: bool = True) -> dict[str, Any]:
         """Metrics over all iterations: throughput = Σ tokens / Σ time; bubbles and MFU averaged over
@@ -102,7 +103,16 @@ class PolicyRun:
             "num_microbatches": mean("num_microbatches"),
             "scheduling_time_s": mean("scheduling_time_s") if timings else 0.0,
             "peak_memory_gib": max(m.peak_memory_gib for m in ms),
+            "fits_memory": max(m.peak_memory_gib for m in ms) <= self.gpu_memory_gib * (1 + 1e-9),
         }
+
+
+def memory_warning(summary: dict[str, Any], gpu_memory_gib: float) -> str | None:
+    """A one-line warning when a policy's plan needs more memory than the GPU has."""
+    if summary.get("fits_memory", True):
+        return None
+    return (f"warning: {summary['policy']} needs {summary['peak_memory_gib']:.1f} GiB on some rank, more than the "
+            f"GPU's {gpu_memory_gib:.1f} GiB: the plan is infeasible on this hardware")
 
 
 def run_policy(spec: PolicySpec, batches: Sequence[Any], cost_model: CostModel,
@@ -124,4 +134,4 @@ def run_policy(spec: PolicySpec, batches: Sequence[Any], cost_model: CostModel,
         out.append(simulate_plan(plan, batch, cost_model, scheduling_time_s=sched))
         if progress:
             progress(i + 1)
-    return PolicyRun(spec, tuple(out), job.num_gpus)
+    return PolicyRun(spec, tuple(out), job.num_gpus, job.gpu.hbm_gb * 1e9 / (1 << 30))
