@@ -1,0 +1,262 @@
+"""HyDra (DESIGN §4.3): load-driven dynamic context parallelism. The full story is in docs/hydra.md.
+
+One iteration's plan, in five steps:
+
+1. **Work.** Price a geometric grid of lengths × allowed degrees × engines with the cost model in one call
+   (:mod:`policies.hydra_work`): per-rank work w(L | c, u) = compute + exposed CP communication, with the
+   group's fixed overhead split off.
+2. **Target and m.** From the grid, the closed-form fixed point τ(m) = F(τ)/(W·m) + ō for every candidate
+   microbatch count, sequences too heavy to balance set apart; keep the m whose 1F1B estimate
+   Σh + (p−1)·max h is smallest (:mod:`policies.hydra_target`).
+3. **Degrees.** Each sequence gets the smallest allowed degree ≥ its memory minimum whose load alone meets τ
+   (exactly re-priced), so long sequences get more ranks than memory asks for.
+4. **Placement.** Lazy heaps of bins: long sequences shape the groups, the rest fill them largest-first into
+   whichever bin keeps the most room (:mod:`policies.hydra_placement`).
+5. **Engines and order.** Each group keeps the Ulysses × ring split (u, r) that minimises its priced load
+   (Ulysses inside a node, ring across); microbatches run heavy ones first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models.base import CostModel
+from cost_models.specs import JobSpec
+from policies.engines import check_engine_choice
+from policies.errors import PolicyError
+from policies.hydra_order import best_order
+from policies.hydra_placement import Bin, Layout, place
+from policies.hydra_target import build_target_model, cell_degrees, choose_target
+from policies.hydra_work import (
+    allowed_degrees,
+    build_grid,
+    engine_options,
+    group_overhead,
+    rank_loads,
+    sequence_work,
+)
+from policies.plan import BatchLike, CPGroup, Engine, Plan, make_plan
+from policies.registry import register_policy
+
+__all__ = ["HyDra", "rank_loads"]
+
+
+def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
+    if ids.ndim != 1 or ids.shape != lengths.shape:
+        raise PolicyError(f"batch.seq_ids {ids.shape} and batch.lengths {lengths.shape} must be 1-D and aligned")
+    if len(ids) == 0:
+        raise PolicyError("the batch has no sequences")
+    bad = np.flatnonzero(lengths < 1)
+    if bad.size:
+        i = int(bad[0])
+        raise PolicyError(f"sequence id {int(ids[i])} has length {int(lengths[i])}; lengths must be ≥ 1 token")
+    if len(np.unique(ids)) != len(ids):
+        raise PolicyError("batch.seq_ids repeat an id; ids must be unique")
+
+
+def _engine(size: int, u: int) -> Engine:
+    if u == 1:
+        return Engine.for_size("ring", size)
+    if u == size:
+        return Engine.for_size("ulysses", size)
+    return Engine.for_size("hybrid", size, ulysses=u)
+
+
+@register_policy("hydra")
+@dataclass(frozen=True)
+class HyDra:
+    """Load-driven DCP: one closed-form load target, degrees from load, lazy-heap placement, hybrid engine.
+
+    Options: ``cp_engine`` ring | ulysses | hybrid | auto (per group, priced); ``degrees`` pow2 | any;
+    ``min_cp_size``; ``tolerance`` (a rank's load may exceed τ by this fraction); ``num_microbatches``
+    (None: chosen for 1F1B); ``max_seqlen_per_rank`` (None: the cost model's memory budget).
+    """
+
+    cp_engine: str = "auto"
+    degrees: str = "pow2"
+    min_cp_size: int = 1
+    tolerance: float = 0.05
+    num_microbatches: int | None = None
+    max_seqlen_per_rank: int | None = None
+    name = "hydra"
+
+    def _check_options(self) -> None:
+        check_engine_choice(self.cp_engine)
+        if self.degrees not in ("pow2", "any"):
+            raise PolicyError(f"degrees = {self.degrees!r} is unknown; valid: pow2, any")
+        if not (0.0 <= self.tolerance <= 10.0):
+            raise PolicyError(f"tolerance = {self.tolerance} must be between 0 and 10 (a fraction of τ)")
+        if self.num_microbatches is not None and self.num_microbatches < 1:
+            raise PolicyError(f"num_microbatches = {self.num_microbatches} must be ≥ 1 (or None: chosen)")
+        if self.max_seqlen_per_rank is not None and self.max_seqlen_per_rank < 1:
+            raise PolicyError(f"max_seqlen_per_rank = {self.max_seqlen_per_rank} must be ≥ 1 token")
+
+    def plan(self, batch: BatchLike, job: JobSpec, cost_model: CostModel) -> Plan:
+        self._check_options()
+        ids = np.asarray(batch.seq_ids, dtype=np.int64)
+        lengths = np.asarray(batch.lengths, dtype=np.int64)
+        _check_batch(ids, lengths)
+        W = job.pool
+        M = int(self.max_seqlen_per_rank or cost_model.max_tokens_per_rank())
+        D = allowed_degrees(W, self.degrees, self.min_cp_size, self.cp_engine, job)
+        kmin = np.searchsorted(M * D, lengths, side="left")  # smallest degree index with L ≤ M·c
+        if (kmin >= len(D)).any():
+            i = int(np.flatnonzero(kmin >= len(D))[0])
+            raise PolicyError(
+                f"sequence id {int(ids[i])} has {int(lengths[i])} tokens, more than the largest allowed CP group "
+                f"holds: {int(D[-1])} ranks × {M} tokens per rank = {int(D[-1]) * M} (pool W = {W}, "
+                f"degrees = {self.degrees!r}, cp_engine = {self.cp_engine!r}); cut it or raise the budget")
+
+        grid = build_grid(lengths, D, self.cp_engine, job, cost_model, M)
+        tm = build_target_model(grid)
+        choice = choose_target(grid, tm, W, job.pp, lengths, M, self.num_microbatches)
+        tau = choice.tau
+        k_seq, u_seq, heavy = self._degrees(grid, tm, tau, lengths, kmin, cost_model)
+        sizes = D[k_seq]
+        u_seq, shares, ovh = self._planning_engines(sizes, u_seq, heavy, lengths, tau, job, cost_model)
+        at_fill = np.flatnonzero((sizes == D[0]) & ~heavy)
+        fill = (int(D[0]), int(u_seq[at_fill[0]]) if at_fill.size
+                else engine_options(int(D[0]), self.cp_engine, job)[0])
+        if fill not in ovh:
+            ovh[fill] = float(group_overhead(np.array([fill[0]]), np.array([fill[1]]), cost_model)[0])
+
+        def fill_work(pos: np.ndarray, size: int, u: int) -> np.ndarray:
+            n = len(pos)
+            return sequence_work(lengths[pos], np.full(n, size), np.full(n, u), cost_model)
+
+        layout = place(pool=W, budget=M, tau=tau, tol=self.tolerance, aligned=self.degrees == "pow2",
+                       lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
+                       m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work)
+        engines = self._engines(layout.bins, lengths, job, cost_model)
+        return self._assemble(W, job.pp, layout, engines, ids, M, tau, choice, int(heavy.sum()))
+
+    # ---- step 3: degrees ------------------------------------------------------------------------------
+    def _degrees(self, grid, tm, tau: float, lengths: np.ndarray, kmin: np.ndarray, cost_model: CostModel):
+        """Degree index, engine and heavy flag of every sequence at target τ.
+
+        The grid gives each sequence the degree of the grid point at or above its length (enough for it);
+        the point below bounds the degree from underneath, and where the two differ the lower one is priced
+        exactly and kept if the sequence's load alone meets τ. Sequences the grid calls heavy are priced at
+        every degree and get the smallest one that meets τ, or the one with the smallest load."""
+        D = grid.degrees
+        k_cell, heavy_cell = cell_degrees(grid, tm, tau)
+        cell = grid.cell
+        k = np.maximum(k_cell[cell], kmin)
+        u = grid.ulysses[cell, k]
+        below = np.maximum(cell - 1, 0)
+        lower = np.maximum(k_cell[below], kmin)
+        try_low = np.flatnonzero((lower < k) & ~heavy_cell[cell])
+        if try_low.size:
+            kl, ul = lower[try_low], grid.ulysses[below[try_low], lower[try_low]]
+            w = sequence_work(lengths[try_low], D[kl], ul, cost_model) + grid.overhead[below[try_low], kl]
+            ok = w <= tau
+            k[try_low[ok]], u[try_low[ok]] = kl[ok], ul[ok]
+        hv = np.flatnonzero(heavy_cell[cell])
+        heavy = np.zeros(len(lengths), dtype=bool)
+        if hv.size:
+            K = len(D)
+            rep_k = np.tile(np.arange(K), hv.size)
+            rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
+            load = (sequence_work(lengths[np.repeat(hv, K)], D[rep_k], rep_u, cost_model)
+                    + group_overhead(D[rep_k], rep_u, cost_model)).reshape(hv.size, K)
+            load[np.arange(K)[None, :] < kmin[hv][:, None]] = np.inf
+            meets = load <= tau
+            k[hv] = np.where(meets.any(axis=1), np.argmax(meets, axis=1), np.argmin(load, axis=1))
+            u[hv] = rep_u.reshape(hv.size, K)[np.arange(hv.size), k[hv]]
+            heavy[hv] = ~meets.any(axis=1)
+        return k, u, heavy
+
+    # ---- step 4 prelude: one planning engine per degree -------------------------------------------------
+    def _planning_engines(self, sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, lengths: np.ndarray,
+                          tau: float, job: JobSpec, cost_model: CostModel):
+        """Sequences of one degree share groups, so they share an engine: per degree, the option with the
+        least total priced load over the (non-heavy) sequences of that degree. Heavy sequences, alone in
+        their groups, keep their own best. Returns engines, exact shares and group overheads by (c, u)."""
+        u_seq = u_seq.copy()
+        pos, opt = [], []
+        for c in np.unique(sizes[~heavy]).tolist():
+            members = np.flatnonzero((sizes == c) & ~heavy)
+            for u in engine_options(c, self.cp_engine, job):
+                pos.append(members)
+                opt.append((c, u))
+        if opt:
+            reps = np.concatenate(pos)
+            oc = np.concatenate([np.full(len(p), c) for p, (c, _) in zip(pos, opt)])
+            ou = np.concatenate([np.full(len(p), u) for p, (_, u) in zip(pos, opt)])
+            w = sequence_work(lengths[reps], oc, ou, cost_model)
+            o = group_overhead(np.array([c for c, _ in opt]), np.array([u for _, u in opt]), cost_model)
+            ends = np.cumsum([len(p) for p in pos])
+            sums = np.add.reduceat(w, np.r_[0, ends[:-1]])
+            best: dict[int, tuple[float, int, int]] = {}
+            for j, (c, u) in enumerate(opt):
+                groups = max(1.0, np.ceil(sums[j] / max(tau, 1e-12)))
+                total = float(sums[j] + groups * o[j])
+                if c not in best or total < best[c][0] * (1 - 1e-12):
+                    best[c] = (total, u, j)
+            for c, (_, u, _) in best.items():
+                u_seq[(sizes == c) & ~heavy] = u
+        shares = sequence_work(lengths, sizes, u_seq, cost_model)
+        pairs = np.unique(np.c_[sizes, u_seq], axis=0)
+        o = group_overhead(pairs[:, 0], pairs[:, 1], cost_model)
+        ovh = {(int(c), int(u)): float(x) for (c, u), x in zip(pairs, o)}
+        return u_seq, shares, ovh
+
+    # ---- step 5: engines, order, plan -------------------------------------------------------------------
+    def _engines(self, bins: list[Bin], lengths: np.ndarray, job: JobSpec, cost_model: CostModel) -> list[int]:
+        """Inner Ulysses degree of every bin: the option with the smallest priced load (planning u on ties).
+        The planning engine is among the options, so a bin's load never rises above what placement saw."""
+        out = [b.u for b in bins]
+        pos, gidx, opt_u, opt_g = [], [], [], []
+        for g, b in enumerate(bins):
+            opts = engine_options(b.size, self.cp_engine, job) if b.seqs else []
+            if len(opts) < 2:
+                continue
+            for u in opts:
+                pos.extend(b.seqs)
+                gidx.extend([len(opt_u)] * len(b.seqs))
+                opt_u.append(u)
+                opt_g.append(g)
+        if not opt_u:
+            return out
+        ou, og = np.asarray(opt_u), np.asarray(opt_g)
+        sizes = np.asarray([bins[g].size for g in opt_g])
+        gi = np.asarray(gidx)
+        work = sequence_work(lengths[np.asarray(pos)], sizes[gi], ou[gi], cost_model)
+        load = np.bincount(gi, weights=work, minlength=len(ou)) + group_overhead(sizes, ou, cost_model)
+        best: dict[int, tuple[float, int]] = {}
+        for j in range(len(ou)):
+            g, u = int(og[j]), int(ou[j])
+            tie = u == bins[g].u
+            cur = best.get(g)
+            if cur is None or load[j] < cur[0] * (1 - 1e-12) or (tie and load[j] <= cur[0]):
+                best[g] = (float(load[j]), u)
+        for g, (_, u) in best.items():
+            out[g] = u
+        return out
+
+    def _assemble(self, W: int, pp: int, layout: Layout, engines: list[int], ids: np.ndarray, M: int, tau: float, choice,
+                  n_heavy: int) -> Plan:
+        per_mb: dict[int, list[CPGroup]] = {}
+        for b, u in zip(layout.bins, engines):
+            if not b.seqs:
+                continue
+            per_mb.setdefault(b.mb, []).append(
+                CPGroup(tuple(range(b.first, b.first + b.size)), tuple(int(ids[i]) for i in b.seqs),
+                        _engine(b.size, u)))
+        keys = sorted(per_mb)
+        height = np.zeros(len(layout.caps))
+        for b in layout.bins:
+            if b.seqs:
+                height[b.mb] = max(height[b.mb], b.load)
+        is_heavy = np.arange(len(layout.caps)) < layout.heavy_mbs
+        order = best_order(height[keys], is_heavy[keys], pp)
+        mbs = [keys[i] for i in order]
+        caps = [layout.caps[k] for k in mbs]
+        return make_plan(
+            self.name, W, [per_mb[k] for k in mbs],
+            target_s=tau, tolerance=self.tolerance, num_microbatches=len(mbs),
+            chosen_microbatches=choice.m_light + choice.m_heavy, heavy_sequences=n_heavy,
+            heavy_microbatches=layout.heavy_mbs, microbatch_caps_s=caps, max_tokens_per_rank=M,
+            estimate_s=choice.estimate_s, degrees=self.degrees, cp_engine=self.cp_engine)

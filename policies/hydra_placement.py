@@ -1,0 +1,221 @@
+"""HyDra's placement: sequences with known degrees and shares → CP groups in microbatches, with lazy heaps.
+
+Every CP group is a *bin* with a load (s; its overhead plus the work of its sequences at its size), a token
+count per rank (≤ the memory budget M) and a capacity: (1 + tolerance) · τ, or (1 + tolerance) · h in a
+microbatch of a heavy sequence of height h > τ. Bins of the same size form a *class* whose bins sit in a
+min-heap keyed by load − capacity (most room first). A bin whose load changes gets a fresh heap entry and a new
+version number; the old entry stays in the heap and is discarded when it surfaces (a *lazy* heap), so every
+update is one O(log B) push and no heap is ever searched or re-built.
+
+Phase A — the structure (sequences of degree > the smallest degree, and heavy ones), largest degree first,
+then largest share:
+  * a heavy sequence opens a group of its own in the first microbatch reserved for heavy sequences that has
+    room (first fit), raising that microbatch's capacity to its share;
+  * any other sequence joins the roomiest group of its size if the load stays within τ (no tolerance used
+    yet), else carves a new group from the microbatch with the most free ranks, else joins a group within the
+    tolerance, else opens a new microbatch. Microbatches are carved left to right in non-increasing sizes, so
+    power-of-two groups land on aligned blocks (and groups of ≤ G/t ranks stay inside a node).
+Phase B — the fill (sequences of the smallest degree, largest share first, i.e. LPT): the remaining free
+ranks of every microbatch become groups of the smallest degree; each sequence goes to the bin, over all
+classes, whose room after placing it is largest (its work re-priced at that bin's size: a short document
+may ride in the spare capacity of a long sequence's group), as long as load and tokens fit. A bin that fails
+only the token check is set aside for this sequence (at most ``PROBES`` per class) and pushed back after.
+
+Cost: O((n + B) log B) heap work for n sequences and B bins (B ≤ m·W), times the number of classes
+(≤ log2 W + 2 for power-of-two degrees); no step scans the pool.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from policies.hydra_target import pack_heavy
+
+PROBES = 8  # bins set aside per class and sequence when only the token budget fails
+
+
+@dataclass
+class Bin:
+    """One CP group under construction."""
+
+    mb: int
+    first: int
+    size: int
+    u: int  # inner Ulysses degree of the planning engine
+    cap: float
+    load: float
+    tokens: float = 0.0  # per rank
+    seqs: list[int] = field(default_factory=list)  # positions in the batch
+    version: int = 0
+
+
+@dataclass
+class Layout:
+    """The bins of every microbatch, and each microbatch's capacity."""
+
+    bins: list[Bin]
+    caps: list[float]
+    cursor: list[int]  # first free rank of each microbatch
+    heavy_mbs: int
+
+
+class _Packer:
+    def __init__(self, pool: int, budget: float, tau: float, tol: float, aligned: bool,
+                 overhead: dict[tuple[int, int], float]) -> None:
+        self.W, self.M, self.tau, self.tol, self.aligned = pool, budget, tau, tol, aligned
+        self.overhead = overhead
+        self.bins: list[Bin] = []
+        self.caps: list[float] = []
+        self.cursor: list[int] = []
+        self.classes: dict[tuple[int, int], list[tuple[float, int, int]]] = {}
+        self.free: list[tuple[int, float, int]] = []  # (-free ranks, -cap, mb): most free ranks first
+
+    # ---- microbatches and bins ----------------------------------------------------------------------
+    def new_mb(self, height: float = 0.0) -> int:
+        k = len(self.caps)
+        self.caps.append((1.0 + self.tol) * max(self.tau, height))
+        self.cursor.append(0)
+        heapq.heappush(self.free, (-self.W, -self.caps[k], k))
+        return k
+
+    def fits_block(self, k: int, size: int) -> bool:
+        c = self.cursor[k]
+        return self.W - c >= size and (not self.aligned or c % size == 0)
+
+    def carve(self, k: int, size: int, u: int) -> Bin:
+        b = Bin(k, self.cursor[k], size, u, self.caps[k], self.overhead[size, u])
+        self.cursor[k] += size
+        self.bins.append(b)
+        heapq.heappush(self.free, (-(self.W - self.cursor[k]), -self.caps[k], k))
+        self.push(len(self.bins) - 1)
+        return b
+
+    def push(self, gid: int) -> None:
+        b = self.bins[gid]
+        heapq.heappush(self.classes.setdefault((b.size, b.u), []), (b.load - b.cap, gid, b.version))
+
+    def add(self, gid: int, pos: int, work: float, tokens: float) -> None:
+        b = self.bins[gid]
+        b.seqs.append(pos)
+        b.load += work
+        b.tokens += tokens
+        b.version += 1
+        self.push(gid)
+
+    def roomiest_mb(self, size: int) -> int | None:
+        """The microbatch with the most free ranks that can carve ``size`` (lazy: stale entries dropped)."""
+        aside, found = [], None
+        while self.free and len(aside) < PROBES:
+            nf, _ncap, k = self.free[0]
+            if -nf != self.W - self.cursor[k]:
+                heapq.heappop(self.free)
+                continue
+            if -nf < size:
+                break
+            if self.fits_block(k, size):
+                found = k
+                break
+            aside.append(heapq.heappop(self.free))
+        for e in aside:
+            heapq.heappush(self.free, e)
+        return found
+
+    def best_in_class(self, cls: tuple[int, int], work: float, tokens: float,
+                      strict: bool) -> tuple[float, int] | None:
+        """(room after placing, bin) of the roomiest bin of class ``cls`` = (size, u) that takes ``work`` and
+        ``tokens`` within its capacity (within capacity / (1 + tol), i.e. τ or h, when ``strict``)."""
+        heap = self.classes.get(cls)
+        if not heap:
+            return None
+        aside, found = [], None
+        while heap and len(aside) < PROBES:
+            _key, gid, ver = heap[0]
+            b = self.bins[gid]
+            if ver != b.version:
+                heapq.heappop(heap)
+                continue
+            cap = b.cap / (1.0 + self.tol) if strict else b.cap
+            if b.load + work > cap:
+                break  # the roomiest bin of the class cannot take it: none can
+            if b.tokens + tokens <= self.M * (1 + 1e-12):
+                found = (b.load + work - cap, gid)
+                break
+            aside.append(heapq.heappop(heap))
+        for e in aside:
+            heapq.heappush(heap, e)
+        return found
+
+
+def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, lengths: np.ndarray,
+          sizes: np.ndarray, ulysses: np.ndarray, shares: np.ndarray, heavy: np.ndarray, m_light: int,
+          order_key: np.ndarray, overhead: dict[tuple[int, int], float], fill: tuple[int, int],
+          fill_work: Callable[[np.ndarray, int, int], np.ndarray]) -> Layout:
+    """Place every sequence (positions 0..n−1).
+
+    ``sizes``, ``ulysses``, ``shares``: each sequence's degree, planning engine and per-rank work there;
+    ``heavy``: set apart; ``order_key``: tie-break (the sequence ids); ``overhead[(size, u)]``: a group's fixed
+    load; ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, size, u)``
+    prices fill sequences in another class."""
+    pk = _Packer(pool, budget, tau, tol, aligned, overhead)
+    tok = lengths / sizes
+    is_fill = ~heavy & (sizes == fill[0]) & (ulysses == fill[1])
+    # Heavy sequences: first fit over microbatches of their own, largest degree first (aligned carving).
+    hv = np.flatnonzero(heavy)
+    hv = hv[np.lexsort((order_key[hv], -shares[hv], -sizes[hv]))]
+    hv_load = shares[hv] + np.array([overhead[int(c), int(u)] for c, u in zip(sizes[hv], ulysses[hv])])
+    where, heights = pack_heavy(hv_load, sizes[hv], pool)
+    for h in heights.tolist():
+        pk.new_mb(h)
+    for i, k in zip(hv.tolist(), where.tolist()):
+        pk.carve(k, int(sizes[i]), int(ulysses[i]))
+        pk.add(len(pk.bins) - 1, i, float(shares[i]), float(tok[i]))
+    heavy_mbs = len(pk.caps)
+    for _ in range(m_light):
+        pk.new_mb()
+    # Phase A: the structure.
+    big = np.flatnonzero(~heavy & ~is_fill)
+    big = big[np.lexsort((order_key[big], -shares[big], -sizes[big]))]
+    for i in big.tolist():
+        c, u, w, t = int(sizes[i]), int(ulysses[i]), float(shares[i]), float(tok[i])
+        hit = pk.best_in_class((c, u), w, t, strict=True)
+        if hit is None:
+            k = pk.roomiest_mb(c)
+            if k is None:
+                hit = pk.best_in_class((c, u), w, t, strict=False)
+                if hit is None:
+                    k = pk.new_mb()
+            if hit is None:
+                pk.carve(k, c, u)
+                hit = (0.0, len(pk.bins) - 1)
+        pk.add(hit[1], i, w, t)
+    # Phase B: free ranks become fill-class groups; LPT over every class.
+    for k in range(len(pk.caps)):
+        while pk.fits_block(k, fill[0]):
+            pk.carve(k, *fill)
+    small = np.flatnonzero(is_fill)
+    small = small[np.lexsort((order_key[small], -shares[small]))]
+    classes = sorted(pk.classes)
+    work_at = {cls: (shares[small] if cls == fill else fill_work(small, *cls)) for cls in classes}
+    if fill not in work_at:
+        work_at[fill] = shares[small]
+        classes.append(fill)
+    for j, i in enumerate(small.tolist()):
+        L = float(lengths[i])
+        while True:
+            best: tuple[float, int, tuple[int, int]] | None = None
+            for cls in classes:
+                w = float(work_at[cls][j])
+                hit = pk.best_in_class(cls, w, L / cls[0], strict=False)
+                if hit is not None and (best is None or hit[0] - w < best[0]):
+                    best = (hit[0] - w, hit[1], cls)
+            if best is not None:
+                pk.add(best[1], i, float(work_at[best[2]][j]), L / best[2][0])
+                break
+            k = pk.new_mb(overhead[fill] + float(shares[i]))
+            while pk.fits_block(k, fill[0]):
+                pk.carve(k, *fill)
+    return Layout(pk.bins, pk.caps, pk.cursor, heavy_mbs)

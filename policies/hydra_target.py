@@ -1,0 +1,208 @@
+"""HyDra's load target τ, its degree rule, and the choice of the microbatch count m.
+
+The balance argument
+--------------------
+Let every one of the W ranks run m microbatches, and let each (rank, microbatch) slot carry the same load τ
+(seconds per stage, forward + backward, compute + exposed CP communication). A sequence i of degree c_i puts
+its per-rank work w_i(c_i) on each of its c_i ranks, and every occupied slot pays its group's fixed overhead
+(≈ ō). Counting rank-seconds both ways gives the target in closed form:
+
+    W · m · τ  =  Σ_i c_i · w_i(c_i)  +  W · m · ō          ⇒          τ = F(τ) / (W · m) + ō,
+
+where F(τ) = Σ_i c_i · w_i(c_i(τ)) is the batch's total rank-work *including communication*, and the degree
+rule makes it depend on τ: c_i(τ) is the smallest allowed degree ≥ the memory minimum whose share
+fits the target alone, w_i(c) + overhead(c) ≤ τ. A smaller τ asks for larger degrees, hence more communication and a larger F. F is a step
+function of τ: it changes only where some sequence's degree changes. Between two such breakpoints F is a
+constant F_e and the fixed point is τ_e = F_e / (W·m) + ō exactly; the target is the smallest τ with
+τ ≥ F(τ)/(W·m) + ō, found by one pass over the sorted breakpoints (at a jump, the breakpoint itself).
+
+Heavy sequences
+---------------
+A sequence whose smallest share (over every allowed degree) still exceeds τ cannot be balanced: its
+microbatch lasts at least that share h. HyDra gives such sequences microbatches of their own (co-located by
+first-fit, largest degree first), whose other ranks may be filled up to h, and balances the rest:
+
+    τ = (F_light(τ) − C_H) / (W · m_L) + ō,     C_H = Σ_heavy microbatches (W·h_k − heavy rank-work in k),
+
+iterated until the heavy set is stable (two or three rounds).
+
+Choosing m
+----------
+Non-interleaved 1F1B over microbatches of heights h_k takes about Σ_k h_k + (p − 1)·max_k h_k per stage
+(uniform heights: (m + p − 1)·τ, the bubble (p−1)/(m+p−1)). HyDra evaluates this estimate for every m from
+the memory minimum ⌈Σ L / (η · W · M)⌉ (η < 1 leaves the packer token slack) to a few times that, each with its
+own fixed-point τ(m), and keeps the smallest. Larger m shrinks the bubble; it also shrinks τ, which raises
+degrees (more communication) and adds slot overheads, both of which F and ō carry. With a heavy sequence the
+(p − 1)·h_max term no longer falls with m, so small m wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.hydra_work import WorkGrid
+
+TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
+
+
+def alone_load(grid: WorkGrid) -> np.ndarray:
+    """[G, K] load of a group holding only that sequence (work + overhead); inf where memory forbids."""
+    return np.where(grid.fits, grid.work + grid.overhead, np.inf)
+
+
+@dataclass(frozen=True)
+class TargetModel:
+    """F(τ) of a batch as a step function, built once from the work grid (module docstring)."""
+
+    thresholds: np.ndarray  # [E] ascending breakpoints
+    F: np.ndarray  # [E + 1]: F[e] holds on [thresholds[e-1], thresholds[e])
+    heavy_thr: np.ndarray  # [G] a cell is heavy below its smallest share
+    heavy_k: np.ndarray  # [G] its degree index when heavy (argmin share)
+    rank_work: np.ndarray  # [G, K] R_j · D_k · work[j, k]
+    slot_overhead: float  # ō
+
+
+def build_target_model(grid: WorkGrid) -> TargetModel:
+    G = grid.work.shape[0]
+    R = np.bincount(grid.cell, weights=grid.scale, minlength=G)
+    wm = alone_load(grid)
+    prev_min = np.minimum.accumulate(np.c_[np.full(G, np.inf), wm[:, :-1]], axis=1)
+    rec = np.isfinite(wm) & (wm < prev_min) & (R[:, None] > 0)
+    rows, cols = np.nonzero(rec)  # row-major: each row's records by increasing degree
+    rw = R[:, None] * grid.degrees[None, :] * grid.work
+    same = rows[1:] == rows[:-1]
+    # Event at τ = share of record q: the cell drops from record q+1's degree to record q's.
+    ev_t = wm[rows[:-1], cols[:-1]][same]
+    ev_d = (rw[rows[:-1], cols[:-1]] - rw[rows[1:], cols[1:]])[same]
+    last = np.r_[~same, True]
+    heavy_k = np.zeros(G, dtype=np.int64)
+    heavy_thr = np.full(G, -np.inf)
+    heavy_k[rows[last]] = cols[last]
+    heavy_thr[rows[last]] = wm[rows[last], cols[last]]
+    f_low = float(rw[rows[last], cols[last]].sum())
+    order = np.argsort(ev_t, kind="stable")
+    thr = ev_t[order]
+    F = f_low + np.r_[0.0, np.cumsum(ev_d[order])]
+    return TargetModel(thr, F, heavy_thr, heavy_k, rw, float(grid.overhead[0, 0]))
+
+
+def solve_tau(tm: TargetModel, pool: int, m_light: int, excluded: float = 0.0) -> float:
+    """Smallest τ ≥ (F(τ) − excluded) / (W · m_light) + ō over the step function F."""
+    tau_e = (tm.F - excluded) / (pool * m_light) + tm.slot_overhead
+    upper = np.r_[tm.thresholds, np.inf]
+    lower = np.r_[0.0, tm.thresholds]
+    e = int(np.argmax(tau_e < upper))  # the last interval always qualifies (upper = inf)
+    return float(max(tau_e[e], lower[e], tm.slot_overhead, 1e-12))
+
+
+def cell_degrees(grid: WorkGrid, tm: TargetModel, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """Degree index of every grid cell at target τ and whether the cell is heavy there."""
+    ok = alone_load(grid) <= tau
+    heavy = ~ok.any(axis=1)
+    k = np.where(heavy, tm.heavy_k, np.argmax(ok, axis=1))
+    return k, heavy
+
+
+def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.ndarray, np.ndarray]:
+    """First-fit of heavy sequences (largest degree first, then largest share) into microbatches by free
+    ranks. Returns each sequence's microbatch (0-based among heavy ones) and each heavy microbatch's height."""
+    order = np.lexsort((-shares, -sizes))
+    free: list[int] = []
+    height: list[float] = []
+    where = np.zeros(len(shares), dtype=np.int64)
+    for i in order.tolist():
+        c = int(sizes[i])
+        for k, f in enumerate(free):
+            if f >= c:
+                break
+        else:
+            free.append(pool)
+            height.append(0.0)
+            k = len(free) - 1
+        free[k] -= c
+        height[k] = max(height[k], float(shares[i]))
+        where[i] = k
+    return where, np.asarray(height)
+
+
+@dataclass(frozen=True)
+class TargetChoice:
+    tau: float  # load target of the light microbatches (s)
+    m_light: int
+    m_heavy: int
+    heavy_heights: np.ndarray  # [m_heavy]
+    light_tokens: float  # tokens of the sequences that are not heavy
+    estimate_s: float  # Σ h + (p − 1) · max h, per stage
+
+
+class TargetSearch:
+    """τ(m) for any light microbatch count m, with the heavy set resolved (module docstring). Heavy packings
+    are cached by heavy set: the set changes only a few times over the range of m."""
+
+    def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray) -> None:
+        self.grid, self.tm, self.W, self.pp = grid, tm, pool, pp
+        self.lengths = lengths
+        self._cache: dict[bytes, tuple[np.ndarray, float, float]] = {}
+
+    def _heavy(self, heavy_cells: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """(heights, tokens excluded from the balance, rank-seconds excluded) of a heavy cell set."""
+        key = np.packbits(heavy_cells).tobytes()
+        hit = self._cache.get(key)
+        if hit is None:
+            g, tm = self.grid, self.tm
+            seq = np.flatnonzero(heavy_cells[g.cell])
+            cell = g.cell[seq]
+            k = tm.heavy_k[cell]
+            share = g.work[cell, k] * g.scale[seq]
+            _, heights = pack_heavy(share + g.overhead[cell, k], g.degrees[k], self.W)
+            heavy_rw = float(tm.rank_work[heavy_cells, tm.heavy_k[heavy_cells]].sum())
+            spare = float(self.W * heights.sum()) - float((g.degrees[k] * share).sum())
+            hit = (heights, float(self.lengths[seq].sum()), heavy_rw + spare)
+            self._cache[key] = hit
+        return hit
+
+    def at(self, m_light: int) -> TargetChoice:
+        tm = self.tm
+        tau = solve_tau(tm, self.W, m_light)
+        heavy = np.zeros(len(tm.heavy_thr), dtype=bool)
+        heights, heavy_tok = np.zeros(0), 0.0
+        for _ in range(4):
+            now = tm.heavy_thr > tau
+            if not now.any() or (now == heavy).all():
+                break
+            heavy = now
+            heights, heavy_tok, excluded = self._heavy(heavy)
+            tau = solve_tau(tm, self.W, m_light, excluded=excluded)
+        if not heavy.any():
+            heights, heavy_tok = np.zeros(0), 0.0
+        hmax = float(heights.max()) if len(heights) else 0.0
+        est = m_light * tau + float(heights.sum()) + (self.pp - 1) * max(tau, hmax)
+        return TargetChoice(tau, m_light, len(heights), heights, float(self.lengths.sum()) - heavy_tok, est)
+
+
+def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
+                  num_microbatches: int | None = None, span: int = 8) -> TargetChoice:
+    """The (τ, m) with the smallest 1F1B estimate; m fixed when ``num_microbatches`` is given.
+
+    Candidates: light counts m_L from the memory minimum ⌈light tokens / (η·W·M)⌉ to ``span`` times it (plus
+    2p), capped at 512."""
+    ts = TargetSearch(grid, tm, pool, pp, lengths)
+    if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
+        for m_l in range(num_microbatches, 0, -1):
+            ch = ts.at(m_l)
+            if m_l + ch.m_heavy <= num_microbatches:
+                return ch
+        return ts.at(1)
+    cap = TOKEN_SLACK * pool * budget
+    m_all = max(1, int(np.ceil(lengths.sum() / cap)))
+    best: TargetChoice | None = None
+    hi = min(512, span * m_all + 2 * pp)
+    for m_l in range(1, hi + 1):
+        ch = ts.at(m_l)
+        if m_l < ch.light_tokens / cap:  # the light sequences do not fit m_l microbatches' memory
+            continue
+        if best is None or ch.estimate_s < best.estimate_s * (1 - 1e-9):
+            best = ch
+    return best if best is not None else ts.at(hi)

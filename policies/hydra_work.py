@@ -1,0 +1,208 @@
+"""HyDra's work model: what one sequence costs a rank, priced by the cost model in a few vectorised calls.
+
+Every number HyDra balances is a *per-rank, per-stage time in seconds* (forward + backward, compute plus
+exposed CP communication) read from ``CostModel.group_costs``. The cost model prices CP *groups*; HyDra needs
+a price per *sequence* so that it can add sequences to groups one at a time. The two are reconciled by
+splitting a group's time into a fixed part and per-sequence parts:
+
+    time(group of c ranks, engine u, sequences S)  ≈  overhead(c, u)  +  Σ_{L ∈ S} work(L | c, u)
+
+* ``overhead(c, u)`` is what a group costs before it holds any tokens: the GEMMs' fixed cost (the analytic
+  model's GEMM time is affine in tokens per rank, k·(x + x½)) and the latency terms of the engine's
+  collectives. It is read off the cost model by linear extrapolation to zero tokens from two tiny probes:
+  overhead = 2·time(1 token) − time(2 tokens).
+* ``work(L | c, u)`` = time(L alone in the group) − overhead(c, u): the linear layers' L/c share, the
+  sequence's own attention (quadratic, at the kernel efficiency of its own blocks), and its communication.
+
+For the analytic model the split is exact for GEMMs, attention and Ulysses all-to-alls (all affine or additive
+per sequence) and conservative for the ring: a packed group's ring exposure is max(0, transfer − compute) of
+the group's *totals*, which is at most the sum of the sequences' own exposures (a long sequence's attention
+hides a short one's transfer). Pricing sequences in isolation without subtracting the overhead would charge
+a 1K-token document the GEMMs' fixed cost on its own (≈ +19% at 1K tokens): short-document ranks would
+look busier than they are and end up idle in the simulator.
+
+Groups are priced as if they started at pool rank 0 at stage 0. For power-of-two degrees on aligned blocks
+that is exactly where the cost model puts them (an aligned block of ≤ G/t ranks stays in one node); groups
+of ``degrees="any"`` may straddle a node boundary that the estimate does not see.
+
+:func:`rank_loads` prices a finished plan with this same model; it is the load the property tests bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models.base import CostModel, GroupBatch
+from cost_models.specs import JobSpec
+from policies.engines import ulysses_degrees
+from policies.errors import PolicyError
+from policies.plan import BatchLike, Plan
+
+_MIN_WORK_S = 1e-12  # a priced share is never zero: every sequence costs something
+
+
+def _price(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel) -> np.ndarray:
+    """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``."""
+    n = len(lengths)
+    if n == 0:
+        return np.zeros(0)
+    gb = GroupBatch(seq_len=np.asarray(lengths, dtype=np.int64), seq_group=np.arange(n, dtype=np.int64),
+                    size=np.asarray(sizes, dtype=np.int64), ulysses=np.asarray(ulysses, dtype=np.int64),
+                    first_rank=np.zeros(n, dtype=np.int64))
+    return np.asarray(cost_model.group_costs(gb).total_s, dtype=np.float64)
+
+
+def group_overhead(sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel) -> np.ndarray:
+    """Fixed time (s) of a group of ``sizes`` ranks with engine ``ulysses``: its cost at zero tokens,
+    extrapolated from probes of 1 and 2 tokens (never negative)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    ulysses = np.asarray(ulysses, dtype=np.int64)
+    key = sizes * (1 << 20) + ulysses
+    uniq, inv = np.unique(key, return_inverse=True)
+    us_, uu = uniq >> 20, uniq & ((1 << 20) - 1)
+    k = len(uniq)
+    t = _price(np.r_[np.ones(k, dtype=np.int64), np.full(k, 2, dtype=np.int64)], np.r_[us_, us_], np.r_[uu, uu],
+               cost_model)
+    return np.maximum(0.0, 2.0 * t[:k] - t[k:])[inv]
+
+
+def sequence_work(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
+                  cost_model: CostModel) -> np.ndarray:
+    """Per-rank work (s) of each sequence in a group of ``sizes`` ranks with engine ``ulysses``: its time
+    alone minus the group's fixed overhead (module docstring). Elementwise over the three arrays."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if len(lengths) == 0:
+        return np.zeros(0)
+    iso = _price(lengths, sizes, ulysses, cost_model)
+    return np.maximum(_MIN_WORK_S, iso - group_overhead(sizes, ulysses, cost_model))
+
+
+# ---- degrees and engines -------------------------------------------------------------------------------------
+def engine_options(size: int, cp_engine: str, job: JobSpec) -> list[int]:
+    """Inner Ulysses degrees u that ``cp_engine`` allows for a group of ``size`` ranks (empty: none).
+
+    ring → [1]; ulysses → [size] when Ulysses can span the group; hybrid → the largest valid u (Ulysses inside
+    the node, ring across); auto → every valid u, to be priced.
+    """
+    if size == 1 or cp_engine == "ring":
+        return [1]
+    us = ulysses_degrees(size, job)
+    if cp_engine == "ulysses":
+        return [size] if size in us else []
+    if cp_engine == "hybrid":
+        return [max(us)]
+    return us
+
+
+def allowed_degrees(pool: int, mode: str, min_cp_size: int, cp_engine: str, job: JobSpec) -> np.ndarray:
+    """CP degrees HyDra may use, ascending.
+
+    ``pow2``: powers of two ≤ W, plus W itself when W is not a power of two (so that anything that fits the
+    pool can be placed); ``any``: every integer 1..W. Both keep only degrees ≥ ``min_cp_size`` that the CP
+    engine can run.
+    """
+    if mode == "pow2":
+        cand = [1 << i for i in range(pool.bit_length()) if (1 << i) <= pool]
+        if cand[-1] != pool:
+            cand.append(pool)
+    elif mode == "any":
+        cand = list(range(1, pool + 1))
+    else:
+        raise PolicyError(f"degrees = {mode!r} is unknown; valid: pow2, any")
+    if min_cp_size < 1 or min_cp_size > pool:
+        raise PolicyError(f"min_cp_size = {min_cp_size} must be between 1 and the pool size {pool}")
+    out = [c for c in cand if c >= min_cp_size and engine_options(c, cp_engine, job)]
+    if not out:
+        raise PolicyError(f"no CP degree ≥ min_cp_size = {min_cp_size} on a pool of {pool} ranks can run "
+                          f"cp_engine = {cp_engine!r} (KV heads per rank {job.kv_heads_per_rank}); "
+                          "use cp_engine hybrid or auto")
+    return np.asarray(out, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class WorkGrid:
+    """Work on a geometric grid of lengths × the allowed degrees, for choosing τ, m and degrees.
+
+    ``work[j, k]`` is the per-rank work of a sequence of ``lengths[j]`` tokens at degree ``degrees[k]`` with
+    the engine ``ulysses[j, k]`` that makes its load alone (work + ``overhead[j, k]``) smallest; ``fits[j, k]``
+    says whether lengths[j] / degrees[k] tokens fit the per-rank budget. Sequences map to the grid point at
+    or above their length (``cell``) and carry a weight ``scale`` ≈ work(L) / work(grid point) from the local
+    power law, so that sums over a cell are accurate.
+    """
+
+    lengths: np.ndarray  # [G] int64 ascending
+    degrees: np.ndarray  # [K]
+    ulysses: np.ndarray  # [G, K]
+    overhead: np.ndarray  # [G, K]
+    work: np.ndarray  # [G, K]
+    fits: np.ndarray  # [G, K] bool
+    cell: np.ndarray  # [n] grid index of each sequence
+    scale: np.ndarray  # [n]
+
+
+def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: JobSpec,
+               cost_model: CostModel, budget: int, ratio: float = 1.05, max_points: int = 160) -> WorkGrid:
+    """Price a geometric grid spanning the batch's lengths at every allowed degree and engine (one call)."""
+    lo, hi = int(lengths.min()), int(lengths.max())
+    npts = int(min(max_points, max(2, np.ceil(np.log(hi / lo) / np.log(ratio)) + 1))) if hi > lo else 1
+    grid = np.unique(np.r_[np.round(np.geomspace(lo, hi, npts)).astype(np.int64), lo, hi])
+    G, K = len(grid), len(degrees)
+    opt_k, opt_u = [], []
+    for k, c in enumerate(degrees.tolist()):
+        for u in engine_options(c, cp_engine, job):
+            opt_k.append(k)
+            opt_u.append(u)
+    opt_k_a, opt_u_a = np.asarray(opt_k), np.asarray(opt_u)
+    n_opt = len(opt_k)
+    w_all = sequence_work(np.tile(grid, n_opt), np.repeat(degrees[opt_k_a], G), np.repeat(opt_u_a, G),
+                          cost_model).reshape(n_opt, G)
+    o_all = group_overhead(degrees[opt_k_a], opt_u_a, cost_model)
+    alone = w_all + o_all[:, None]
+    best_u = np.ones((G, K), dtype=np.int64)
+    best_w = np.zeros((G, K))
+    best_o = np.zeros((G, K))
+    for k in range(K):
+        rows = np.flatnonzero(opt_k_a == k)
+        r = rows[np.argmin(alone[rows], axis=0)]  # [G] best option per grid point
+        best_u[:, k], best_w[:, k], best_o[:, k] = opt_u_a[r], w_all[r, np.arange(G)], o_all[r]
+    fits = grid[:, None] <= budget * degrees[None, :]
+    cell = np.searchsorted(grid, lengths, side="left")
+    # Per-sequence scale from the local power law of the smallest degree's column.
+    w0 = best_w[:, 0]
+    prev = np.maximum(cell - 1, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expo = np.where(cell > 0, np.log(w0[cell] / w0[prev]) / np.log(grid[cell] / grid[prev]), 1.0)
+    scale = (lengths / grid[cell]) ** np.nan_to_num(expo, nan=1.0)
+    return WorkGrid(grid, degrees, best_u, best_o, best_w, fits, cell, scale)
+
+
+# ---- the load of a finished plan ---------------------------------------------------------------------------
+def rank_loads(plan: Plan, batch: BatchLike, cost_model: CostModel) -> np.ndarray:
+    """[microbatch, rank]: the load (s, per stage, forward + backward) of every pool rank under HyDra's work
+    model: each group's overhead plus its sequences' work at the group's size and engine. Idle ranks: 0."""
+    ids = np.asarray(batch.seq_ids, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    lengths = np.asarray(batch.lengths, dtype=np.int64)
+    g_size, g_u, g_mb, s_id, s_g, m_rank, m_g = [], [], [], [], [], [], []
+    gi = 0
+    for k, mb in enumerate(plan.microbatches):
+        for g in mb.groups:
+            g_size.append(g.size)
+            g_u.append(g.engine.ulysses)
+            g_mb.append(k)
+            s_id.extend(g.seq_ids)
+            s_g.extend([gi] * len(g.seq_ids))
+            m_rank.extend(g.ranks)
+            m_g.extend([gi] * g.size)
+            gi += 1
+    size, uu, sg = np.asarray(g_size, dtype=np.int64), np.asarray(g_u, dtype=np.int64), np.asarray(s_g, dtype=np.int64)
+    pos = order[np.searchsorted(ids[order], np.asarray(s_id, dtype=np.int64))] if s_id else np.zeros(0, np.int64)
+    work = sequence_work(lengths[pos], size[sg], uu[sg], cost_model) if len(pos) else np.zeros(0)
+    gload = np.bincount(sg, weights=work, minlength=gi) + (group_overhead(size, uu, cost_model) if gi else 0.0)
+    out = np.zeros((plan.num_microbatches, plan.pool_size))
+    if gi:
+        mg = np.asarray(m_g, dtype=np.int64)
+        out[np.asarray(g_mb, dtype=np.int64)[mg], np.asarray(m_rank, dtype=np.int64)] = gload[mg]
+    return out
