@@ -251,7 +251,7 @@ class HyDra:
             if b.seqs:
                 height[b.mb] = max(height[b.mb], b.load)
         is_heavy = np.arange(len(layout.caps)) < layout.heavy_mbs
-        order = best_order(height[keys], is_heavy[keys], pp)
+        order, _ = best_order(height[keys], is_heavy[keys], pp)
         mbs = [keys[i] for i in order]
         caps = [layout.caps[k] for k in mbs]
         return make_plan(

@@ -38,13 +38,16 @@ degrees (more communication) and adds slot overheads, both of which F and ō car
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from policies.hydra_order import best_order
 from policies.hydra_work import WorkGrid
 
 TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
+REFINE_WITHIN = 1.10  # candidates within this factor of the best Σh + (p−1)·max h get the recurrence
+REFINE_MAX = 16  # ... at most this many (the closest)
 
 
 def alone_load(grid: WorkGrid) -> np.ndarray:
@@ -106,30 +109,37 @@ def cell_degrees(grid: WorkGrid, tm: TargetModel, tau: float) -> tuple[np.ndarra
 
 
 def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.ndarray, np.ndarray]:
-    """First-fit of heavy sequences (largest degree first, then largest share) into microbatches by free
-    ranks. Returns each sequence's microbatch (0-based among heavy ones) and each heavy microbatch's height."""
+    """First fit of heavy sequences (largest degree first, then largest share) into microbatches by free
+    ranks. Returns each sequence's microbatch (0-based among heavy ones) and each microbatch's height.
+
+    Sequences of one degree c are placed together: first fit of equal sizes fills microbatch after microbatch
+    with ⌊free / c⌋ of them, so a cumulative sum assigns a whole class at once (a few numpy calls per class).
+    """
+    n = len(shares)
+    where = np.zeros(n, dtype=np.int64)
+    free = np.zeros(0, dtype=np.int64)
+    height = np.zeros(0)
     order = np.lexsort((-shares, -sizes))
-    free: list[int] = []
-    height: list[float] = []
-    where = np.zeros(len(shares), dtype=np.int64)
-    for i in order.tolist():
-        c = int(sizes[i])
-        for k, f in enumerate(free):
-            if f >= c:
-                break
-        else:
-            free.append(pool)
-            height.append(0.0)
-            k = len(free) - 1
-        free[k] -= c
-        height[k] = max(height[k], float(shares[i]))
-        where[i] = k
-    return where, np.asarray(height)
+    for c in np.unique(sizes)[::-1].tolist():
+        items = order[sizes[order] == c]
+        slots = free // c
+        have = int(slots.sum())
+        if have < len(items):
+            extra = -(-(len(items) - have) // (pool // c))
+            free = np.r_[free, np.full(extra, pool, dtype=np.int64)]
+            height = np.r_[height, np.zeros(extra)]
+            slots = free // c
+        mb = np.searchsorted(np.cumsum(slots), np.arange(len(items)), side="right")
+        where[items] = mb
+        free = free - c * np.bincount(mb, minlength=len(free))
+        np.maximum.at(height, mb, shares[items])
+    return where, height
 
 
 @dataclass(frozen=True)
 class TargetChoice:
-    tau: float  # load target of the light microbatches (s)
+    tau: float  # load target of the light microbatches (s): the degree rule and the capacities
+    level: float  # expected load of a light slot (≤ τ; < τ when the groups need more microbatches)
     m_light: int
     m_heavy: int
     heavy_heights: np.ndarray  # [m_heavy]
@@ -144,12 +154,15 @@ class TargetSearch:
     def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray) -> None:
         self.grid, self.tm, self.W, self.pp = grid, tm, pool, pp
         self.lengths = lengths
-        self._cache: dict[bytes, tuple[np.ndarray, float, float]] = {}
+        self.count = np.bincount(grid.cell, minlength=len(grid.lengths)).astype(np.float64)
+        self.R = np.bincount(grid.cell, weights=grid.scale, minlength=len(grid.lengths))
+        self._heavy_cache: dict[bytes, tuple[np.ndarray, float, float, int]] = {}
+        self._solved: dict[int, TargetChoice] = {}
 
-    def _heavy(self, heavy_cells: np.ndarray) -> tuple[np.ndarray, float, float]:
-        """(heights, tokens excluded from the balance, rank-seconds excluded) of a heavy cell set."""
+    def _heavy(self, heavy_cells: np.ndarray) -> tuple[np.ndarray, float, float, int]:
+        """(heights, tokens, rank-seconds excluded from the balance, free ranks) of a heavy cell set."""
         key = np.packbits(heavy_cells).tobytes()
-        hit = self._cache.get(key)
+        hit = self._heavy_cache.get(key)
         if hit is None:
             g, tm = self.grid, self.tm
             seq = np.flatnonzero(heavy_cells[g.cell])
@@ -159,35 +172,69 @@ class TargetSearch:
             _, heights = pack_heavy(share + g.overhead[cell, k], g.degrees[k], self.W)
             heavy_rw = float(tm.rank_work[heavy_cells, tm.heavy_k[heavy_cells]].sum())
             spare = float(self.W * heights.sum()) - float((g.degrees[k] * share).sum())
-            hit = (heights, float(self.lengths[seq].sum()), heavy_rw + spare)
-            self._cache[key] = hit
+            free = int(self.W * len(heights) - g.degrees[k].sum())
+            hit = (heights, float(self.lengths[seq].sum()), heavy_rw + spare, free)
+            self._heavy_cache[key] = hit
         return hit
 
+    def _structure(self, tau: float, heavy: np.ndarray) -> float:
+        """Ranks the light sequences above the smallest degree occupy at τ: per degree c, c times the groups
+        they need, at least one per sequence above τ/2 (no two share) and at least their load over τ."""
+        g = self.grid
+        k, _ = cell_degrees(g, self.tm, tau)
+        rows = np.flatnonzero(~heavy & (k > 0) & (self.count > 0))
+        if rows.size == 0:
+            return 0.0
+        kk = k[rows]
+        alone = g.work[rows, kk] + g.overhead[rows, kk]
+        K = len(g.degrees)
+        half = np.bincount(kk, weights=self.count[rows] * (alone > tau / 2), minlength=K)
+        load = np.bincount(kk, weights=self.R[rows] * g.work[rows, kk] + self.count[rows] * g.overhead[rows, kk],
+                           minlength=K)
+        groups = np.maximum(half, np.ceil(load / tau - 1e-9))
+        return float((g.degrees * groups).sum())
+
     def at(self, m_light: int) -> TargetChoice:
+        """The target for ``m_light`` light microbatches. When the groups its degrees ask for do not fit that
+        many microbatches (⌈ranks needed / W⌉ > m), the choice keeps τ (the degree rule) and counts the
+        microbatches the structure needs, at the correspondingly lower load level."""
+        hit = self._solved.get(m_light)
+        if hit is not None:
+            return hit
         tm = self.tm
         tau = solve_tau(tm, self.W, m_light)
         heavy = np.zeros(len(tm.heavy_thr), dtype=bool)
-        heights, heavy_tok = np.zeros(0), 0.0
+        heights, heavy_tok, free = np.zeros(0), 0.0, 0
         for _ in range(4):
             now = tm.heavy_thr > tau
             if not now.any() or (now == heavy).all():
                 break
             heavy = now
-            heights, heavy_tok, excluded = self._heavy(heavy)
+            heights, heavy_tok, excluded, free = self._heavy(heavy)
             tau = solve_tau(tm, self.W, m_light, excluded=excluded)
         if not heavy.any():
-            heights, heavy_tok = np.zeros(0), 0.0
+            heights, heavy_tok, free = np.zeros(0), 0.0, 0
+        need = int(np.ceil((self._structure(tau, heavy) - free) / self.W - 1e-9))
+        m_eff, level = m_light, tau
+        if need > m_light:  # the groups need more microbatches: same degrees, lower level
+            m_eff = need
+            level = solve_tau(tm, self.W, m_eff, excluded=self._heavy(heavy)[2] if heavy.any() else 0.0)
+            level = min(level, tau)
         hmax = float(heights.max()) if len(heights) else 0.0
-        est = m_light * tau + float(heights.sum()) + (self.pp - 1) * max(tau, hmax)
-        return TargetChoice(tau, m_light, len(heights), heights, float(self.lengths.sum()) - heavy_tok, est)
+        est = m_eff * level + float(heights.sum()) + (self.pp - 1) * max(level, hmax)
+        ch = TargetChoice(tau, level, m_eff, len(heights), heights, float(self.lengths.sum()) - heavy_tok, est)
+        self._solved[m_light] = ch
+        return ch
 
 
 def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
                   num_microbatches: int | None = None, span: int = 8) -> TargetChoice:
-    """The (τ, m) with the smallest 1F1B estimate; m fixed when ``num_microbatches`` is given.
+    """The (τ, m) with the smallest 1F1B estimate; m fixed when ``num_microbatches`` is given (as far as the
+    heavy sequences and the groups allow).
 
-    Candidates: light counts m_L from the memory minimum ⌈light tokens / (η·W·M)⌉ to ``span`` times it (plus
-    2p), capped at 512."""
+    Candidates: light counts m_L = 1 .. ``span`` × the memory minimum ⌈Σ L / (η·W·M)⌉ + 2p (at most 512), each
+    raised to what memory and the group structure need; the search stops once the estimate exceeds 1.5× the
+    best (τ only falls with m, so degrees, communication and heavy sets only grow)."""
     ts = TargetSearch(grid, tm, pool, pp, lengths)
     if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
         for m_l in range(num_microbatches, 0, -1):
@@ -197,12 +244,30 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
         return ts.at(1)
     cap = TOKEN_SLACK * pool * budget
     m_all = max(1, int(np.ceil(lengths.sum() / cap)))
-    best: TargetChoice | None = None
+    feasible: list[TargetChoice] = []
     hi = min(512, span * m_all + 2 * pp)
     for m_l in range(1, hi + 1):
         ch = ts.at(m_l)
-        if m_l < ch.light_tokens / cap:  # the light sequences do not fit m_l microbatches' memory
+        if ch.m_light < ch.light_tokens / cap:  # the light sequences do not fit its memory
             continue
-        if best is None or ch.estimate_s < best.estimate_s * (1 - 1e-9):
-            best = ch
-    return best if best is not None else ts.at(hi)
+        feasible.append(ch)
+        if ch.estimate_s > 1.5 * min(c.estimate_s for c in feasible):
+            break
+    if not feasible:
+        return ts.at(hi)
+    # With heavy microbatches, Σh + (p−1)·max h over-counts what a good order hides: score the close
+    # candidates with the 1F1B recurrence at their best heavy position instead.
+    floor = min(c.estimate_s for c in feasible)
+    close = sorted((c.estimate_s, i) for i, c in enumerate(feasible)
+                   if c.m_heavy and c.estimate_s <= REFINE_WITHIN * floor)
+    refine = {i for _, i in close[:REFINE_MAX]}
+    best, best_t = feasible[0], np.inf
+    for i, ch in enumerate(feasible):
+        t = ch.estimate_s
+        if i in refine:
+            heights = np.r_[ch.heavy_heights, np.full(ch.m_light, ch.level)]
+            heavy = np.r_[np.ones(ch.m_heavy, dtype=bool), np.zeros(ch.m_light, dtype=bool)]
+            t = best_order(heights, heavy, pp)[1]
+        if t < best_t * (1 - 1e-9):
+            best, best_t = ch, t
+    return replace(best, estimate_s=float(best_t))

@@ -1,0 +1,125 @@
+"""Scheduling wall time of DCP policies: one global batch of n sequences over a pool of W ranks.
+
+    .venv/bin/python experiments/bench_scheduler.py [--policies hydra,mcore-dcp] [--n 512,2048,8192]
+                                                    [--w 64,256,1024] [--repeats 3] [--trace 256k]
+
+For every (n, W) cell: n lengths from ``traces.get_preset(trace).sample(n, seed)``; a job of llama3-8b on H200,
+TP 1, PP 4, pool W, with the per-rank token budget set so that the batch needs about ``--microbatches``
+microbatches on memory alone (and never below what the longest sequence needs on the whole pool); each policy
+plans the batch ``--repeats`` times and the best wall time counts (one process, one core, ``time.perf_counter``).
+
+The cost model is the project's ``AnalyticCostModel`` (vectorised numpy, the same one ``dcpsim compare`` uses),
+so HyDra's time includes its cost-model pricing; Megatron-Core's scheduler does not call the cost model (its
+workload estimate is L²/c). Planning only: no plan is simulated or validated here.
+
+Columns: ms per batch per policy; ``ratio`` = the second policy's time / the first's; ``/nlogW`` = time /
+(n · log2 W), normalised to the smallest cell of that policy: flat means growth no faster than n·log W
+(a whole-pool scan per sequence grows like n·W instead, so its column rises with W).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+import traces
+from cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
+from policies import create_policy
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be ≥ 1")
+    return out
+
+
+@dataclass(frozen=True)
+class Batch:
+    seq_ids: np.ndarray
+    lengths: np.ndarray
+
+
+def make_case(n: int, w: int, trace: str, seed: int, microbatches: int):
+    """The batch, the job and the cost model of one benchmark cell."""
+    lengths = traces.get_preset(trace).sample(n, seed)
+    budget = max(math.ceil(lengths.sum() / (w * microbatches)), math.ceil(lengths.max() / w))
+    job = JobSpec(model=get_model("llama3-8b"), gpu=get_gpu("h200"), tp=1, pp=4, pool=w,
+                  context_len=int(traces.get_preset(trace).context_len), max_tokens_per_rank=int(budget))
+    return Batch(np.arange(n, dtype=np.int64), lengths), job, AnalyticCostModel(job)
+
+
+def time_policy(name: str, batch: Batch, job: JobSpec, cost_model, repeats: int) -> tuple[float, int]:
+    """Best wall time (s) of planning ``batch`` and the plan's microbatch count."""
+    policy = create_policy(name)
+    best, m = math.inf, 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        plan = policy.plan(batch, job, cost_model)
+        best = min(best, time.perf_counter() - t0)
+        m = plan.num_microbatches
+    return best, m
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policies", default="hydra,mcore-dcp", help="comma-separated policies (default: %(default)s)")
+    ap.add_argument("--n", type=_int_list, default=[512, 2048, 8192], help="sequences per batch")
+    ap.add_argument("--w", type=_int_list, default=[64, 256, 1024], help="pool sizes W")
+    ap.add_argument("--repeats", type=int, default=3, help="plans per cell; the best time counts")
+    ap.add_argument("--trace", default="256k", help="trace preset (default: %(default)s)")
+    ap.add_argument("--microbatches", type=int, default=8, help="memory-minimum microbatches per batch")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for name in names:  # warm-up: imports and first-call costs stay out of the timings
+        b, j, c = make_case(64, 16, args.trace, args.seed, 2)
+        create_policy(name).plan(b, j, c)
+
+    rows = []
+    for n in args.n:
+        for w in args.w:
+            batch, job, cm = make_case(n, w, args.trace, args.seed, args.microbatches)
+            cell = {"n": n, "W": w, "M": job.max_tokens_per_rank}
+            for name in names:
+                t, m = time_policy(name, batch, job, cm, args.repeats)
+                cell[name] = (t, m)
+            rows.append(cell)
+            print(f"  n={n:>6} W={w:>5}: " + "  ".join(f"{k} {cell[k][0] * 1e3:8.1f} ms" for k in names),
+                  file=sys.stderr, flush=True)
+
+    base = {k: min(r[k][0] / (r["n"] * math.log2(max(r["W"], 2))) for r in rows) for k in names}
+    header = ["n", "W", "M tok/rank"]
+    for k in names:
+        header += [f"{k} ms", f"{k} mbs", f"{k} /nlogW"]
+    if len(names) >= 2:
+        header.append(f"{names[1]}/{names[0]}")
+    table = []
+    for r in rows:
+        line = [f"{r['n']:,}", f"{r['W']:,}", f"{r['M']:,}"]
+        for k in names:
+            t, m = r[k]
+            line += [f"{t * 1e3:.1f}", str(m), f"{t / (r['n'] * math.log2(max(r['W'], 2))) / base[k]:.2f}"]
+        if len(names) >= 2:
+            line.append(f"{r[names[1]][0] / r[names[0]][0]:.2f}x")
+        table.append(line)
+    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(header)]
+    print(f"trace {args.trace}, llama3-8b on H200 TP1 PP4, AnalyticCostModel, best of {args.repeats}, one core")
+    print("  ".join(h.rjust(wd) for h, wd in zip(header, widths)))
+    print("  ".join("-" * wd for wd in widths))
+    for t in table:
+        print("  ".join(x.rjust(wd) for x, wd in zip(t, widths)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
