@@ -1,0 +1,63 @@
+"""The profiler writes valid profile-table rows (read back with cost_models.profile_table) that the fitter
+accepts: compute rows in this process, collectives on 2 gloo processes (one spawn)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cost_models import get_gpu, get_model
+from cost_models.calibration import published_calibration
+from cost_models.fitting import fit_calibration
+from cost_models.profile_table import COLUMNS, read_profile
+from real_runtime.profile import main as profile_main
+from real_runtime.profile import profile_job, run_profile
+from real_runtime.profiler import ProfileSettings, linear_shapes, profile_compute, write_rows
+
+TINY = ProfileSettings(attention_lengths=(32, 96, 256), gemm_tokens=(16, 64, 256),
+                       collective_bytes=(1 << 12, 1 << 16), repeats=2, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def compute_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prof") / "compute.csv"
+    write_rows(profile_compute(get_model("tiny"), torch.device("cpu"), torch.float32, TINY, "math", "test"),
+               str(path))
+    return path
+
+
+def test_compute_rows_are_valid_profile_rows(compute_csv):
+    df = read_profile(compute_csv)
+    assert list(df.columns) == list(COLUMNS)
+    assert (df.seconds > 0).all() and (df.device == "cpu").all()
+    att = df[df.op.isin(["attn_fwd", "attn_bwd"])]
+    assert sorted(set(att.q_len)) == [32, 96, 256] and (att.causal == 1).all() and (att.kernel == "math").all()
+    m = get_model("tiny")
+    assert set(att.heads) == {m.heads} and set(att.kv_heads) == {m.kv_heads} and set(att.head_dim) == {m.head_dim}
+    gemm = df[df.op == "gemm"]
+    assert sorted({(int(a), int(b)) for a, b in zip(gemm.in_features, gemm.out_features)}) == \
+        sorted(linear_shapes(m))
+    assert len(gemm) == len(linear_shapes(m)) * 3
+
+
+def test_fitter_accepts_the_profile(compute_csv):
+    cal, report = fit_calibration(read_profile(compute_csv), published_calibration(get_gpu("h200")), "cpu-test")
+    assert {t.key: t.how for t in report.terms}["attn_fwd"] == "fitted"
+    assert {t.key: t.how for t in report.terms}["gemm"] == "fitted"
+    assert cal.attn_fwd.peak_tflops > 0 and cal.gemm.peak_tflops > 0
+
+
+def test_collectives_on_two_processes(tmp_path):
+    out = tmp_path / "coll.csv"
+    job = profile_job(str(out), quick=True)
+    job["settings"] = TINY.to_dict()
+    run_profile(job, nproc=2, timeout_s=120)
+    df = read_profile(out)
+    coll = df[~df.op.isin(["attn_fwd", "attn_bwd", "gemm"])]
+    assert set(coll.op) == {"send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce"}
+    assert (coll.group_size == 2).all() and (coll.link == "nvlink").all() and (coll.seconds > 0).all()
+    assert set(coll.bytes) == {1 << 12, 1 << 16}
+
+
+def test_command_line_errors_are_one_line(capsys):
+    assert profile_main(["--out", "x.csv", "--nproc", "2", "--backend", "nccl"]) == 2
+    assert "nccl" in capsys.readouterr().err
