@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from experiments.options import add_scenario_arguments, scenario_from_args
 from experiments.progress import Progress
 from experiments.report import format_table
-from experiments.runner import parse_policy_specs, run_policy
+from experiments.runner import memory_warning, parse_policy_specs, run_policy
 
 NAME = "simulate"
 HELP = "simulate one policy (default: hydra on the built-in scenario)"
@@ -28,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("files")
     o.add_argument("--plan-out", metavar="FILE", help="write the last iteration's plan as JSON")
     o.add_argument("--timeline-out", metavar="FILE", help="write the last iteration's timeline (.csv or .parquet)")
+    o.add_argument("--chrome-trace", metavar="FILE",
+                   help="write the last iteration's timeline as a Chrome trace (JSON for Perfetto / chrome://tracing)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,14 +43,20 @@ def run(args: argparse.Namespace) -> int:
     pr = run_policy(spec, batches, cost_model, sc.policy_options,
                     progress=Progress(spec.label, len(batches), enabled=not args.no_progress))
     summary = pr.summary(timings=True)
+    warn = memory_warning(summary, pr.gpu_memory_gib)
+    if warn:
+        print(warn, file=sys.stderr)
     last = pr.iterations[-1]
     if args.plan_out:
         Path(args.plan_out).write_text(last.plan.to_json())
     if args.timeline_out:
         df = last.timeline.to_frame()
         (df.to_parquet if args.timeline_out.endswith(".parquet") else df.to_csv)(args.timeline_out, index=False)
-    for hook in getattr(args, "_after_simulate", []):
-        hook(args, pr, sc)
+    if args.chrome_trace:
+        from experiments.chrome_trace import write_chrome_trace
+
+        write_chrome_trace(args.chrome_trace, last.timeline, label=spec.label,
+                           metadata={"scenario": sc.to_dict(), "policy": spec.label, "metrics": summary})
     if args.json:
         if not args.timings:
             summary = dict(summary, scheduling_time_s=0.0)

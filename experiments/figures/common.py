@@ -1,0 +1,127 @@
+"""What the figure modules share: the run cache, progress lines, policy colours, and writing PNG + PDF + CSV.
+
+Every figure runs one iteration per point (the first global batch of the scenario's seed), so a figure is a
+pure function of its scenarios except for measured wall times (figure d).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from experiments.runner import PolicySpec, parse_policy_specs, run_policy
+from experiments.scenario import Scenario
+from sim.simulate import IterationResult
+
+POLICY_COLOURS = {"static-cp": "#7f7f7f", "mcore-dcp": "#1f77b4", "mcore-dcp-legacy": "#9ecae1",
+                  "hydra": "#d62728"}
+EXTRA_COLOURS = ("#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+
+
+def policy_colour(label: str, order: Sequence[str] = ()) -> str:
+    """A stable colour per policy label: fixed for the built-in policies, cycling for the others."""
+    if label in POLICY_COLOURS:
+        return POLICY_COLOURS[label]
+    others = [x for x in order if x not in POLICY_COLOURS] or [label]
+    i = others.index(label) if label in others else len(others)
+    return EXTRA_COLOURS[i % len(EXTRA_COLOURS)]
+
+
+def scenario_key(sc: Scenario) -> str:
+    """A string that identifies a scenario's content (not its name)."""
+    d = sc.to_dict()
+    d.pop("name", None)
+    d.pop("description", None)
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def baseline_of(labels: Sequence[str]) -> str:
+    """The policy speedups are relative to: mcore-dcp (the production baseline) if present, else the first."""
+    return "mcore-dcp" if "mcore-dcp" in labels else labels[0]
+
+
+@dataclass
+class FigureContext:
+    """Inputs shared by all figures, the progress log, and a cache of simulated (scenario, policy) runs."""
+
+    out_dir: Path
+    quick: bool = False
+    stream: TextIO | None = None
+    _cache: dict[tuple[str, str], IterationResult | Exception] = field(default_factory=dict)
+    _t0: float = field(default_factory=time.perf_counter)
+
+    def log(self, msg: str) -> None:
+        """A progress line on stderr, with the elapsed time since the command started."""
+        stream = self.stream or sys.stderr
+        stream.write(f"[figures {time.perf_counter() - self._t0:6.1f}s] {msg}\n")
+        stream.flush()
+
+    def specs(self, sc: Scenario) -> list[PolicySpec]:
+        return parse_policy_specs(",".join(sc.policies))
+
+    def run(self, sc: Scenario, spec: PolicySpec) -> IterationResult:
+        """One iteration of ``spec`` on the first global batch of ``sc`` (cached; an error is re-raised)."""
+        sc = sc.with_(iterations=1)
+        key = (scenario_key(sc), spec.label)
+        if key not in self._cache:
+            t0 = time.perf_counter()
+            try:
+                pr = run_policy(spec, sc.batches(), sc.cost_model(), sc.policy_options)
+                self._cache[key] = pr.iterations[0]
+                self.log(f"  {sc.name} {spec.label}: {time.perf_counter() - t0:.1f}s")
+            except Exception as e:  # noqa: BLE001 — a failed point is a gap in the figure, not a failed command
+                self._cache[key] = e
+                self.log(f"  {sc.name} {spec.label}: FAILED ({type(e).__name__}: {e})")
+        res = self._cache[key]
+        if isinstance(res, Exception):
+            raise res
+        return res
+
+    def try_run(self, sc: Scenario, spec: PolicySpec) -> IterationResult | None:
+        try:
+            return self.run(sc, spec)
+        except Exception:  # noqa: BLE001 — run() logged it; the caller draws a gap
+            return None
+
+
+def metrics_row(res: IterationResult | None, num_gpus: int) -> dict[str, Any]:
+    """The metrics of one run as a flat dict (NaNs when the run failed)."""
+    keys = ("iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "pipeline_bubble",
+            "pipeline_bubble_max", "dp_bubble", "dp_bubble_max", "microbatch_skew_max",
+            "same_tokens_time_ratio", "cp_comm_s", "num_microbatches", "scheduling_time_s")
+    if res is None:
+        return {k: float("nan") for k in keys} | {"ok": False}
+    m = res.metrics.to_dict()
+    return {k: m[k] for k in keys} | {"ok": True}
+
+
+def save_figure(ctx: FigureContext, fig: plt.Figure, stem: str, data: pd.DataFrame) -> list[Path]:
+    """Write ``stem``.png, ``stem``.pdf and ``stem``.csv (the data behind the figure) into the output dir."""
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [ctx.out_dir / f"{stem}.{ext}" for ext in ("png", "pdf", "csv")]
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight")
+    plt.close(fig)
+    data.to_csv(paths[2], index=False)
+    ctx.log(f"wrote {', '.join(str(p) for p in paths)}")
+    return paths
+
+
+def human_tokens(n: int) -> str:
+    """32768 → '32K', 1048576 → '1M'."""
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20}M"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n >> 10}K"
+    return f"{n:,}"

@@ -1,0 +1,96 @@
+"""Figure (f): each policy's speedup over the baseline against cluster size (weak scaling).
+
+The base scenario's pool W is scaled (TP, PP, model and trace fixed) and its global batch grows with it, so
+the tokens per rank stay constant: from the prod-2048-256k layout (TP 8, PP 8), pools 16 ... 176 span 1,024 to
+11,264 GPUs. The left panel shows the speedup over the baseline, the right one the throughput per GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments.figures.common import (
+    FigureContext,
+    baseline_of,
+    human_tokens,
+    metrics_row,
+    plt,
+    policy_colour,
+    save_figure,
+)
+from experiments.scenario import Scenario
+
+KEY = "f"
+STEM = "f_speedup_vs_cluster_size"
+TITLE = "speedup against cluster size"
+DEFAULT_SCENARIOS = ("prod-2048-256k",)
+FACTORS, QUICK_FACTORS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.5), (0.5, 1.0, 2.0)
+
+
+def pools_for(base: Scenario, quick: bool) -> list[int]:
+    return sorted({max(1, round(base.pool * f)) for f in (QUICK_FACTORS if quick else FACTORS)})
+
+
+def collect(ctx: FigureContext, base: Scenario) -> pd.DataFrame:
+    rows = []
+    specs = ctx.specs(base)
+    for w in pools_for(base, ctx.quick):
+        tokens = round(base.global_batch_tokens * w / base.pool)
+        sc = base.with_(pool=w, global_batch_tokens=tokens, name=f"{base.name}@W{w}")
+        ctx.log(f"(f) pool {w}: {sc.num_gpus:,} GPUs, {human_tokens(tokens)} tokens/batch")
+        for spec in specs:
+            res = ctx.try_run(sc, spec)
+            rows.append({"scenario": base.name, "pool": w, "num_gpus": sc.num_gpus, "global_batch_tokens": tokens,
+                         "policy": spec.label, **metrics_row(res, sc.num_gpus)})
+    df = pd.DataFrame(rows)
+    base_label = baseline_of([s.label for s in specs])
+    ref = df[df.policy == base_label].set_index("num_gpus")["tokens_per_s"]
+    df["baseline"] = base_label
+    df["speedup"] = df["tokens_per_s"] / df["num_gpus"].map(ref)
+    return df
+
+
+def plot(df: pd.DataFrame, base: Scenario) -> plt.Figure:
+    policies = list(dict.fromkeys(df.policy))
+    base_label = str(df.baseline.iloc[0])
+    gpus = sorted(df[df.ok].num_gpus.unique()) or sorted(df.num_gpus.unique())
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.3))
+    for pol in policies:
+        d = df[df.policy == pol].sort_values("num_gpus")
+        colour = policy_colour(pol, policies)
+        style = "--" if pol == base_label else "-"
+        ax.plot(d.num_gpus, d.speedup, style, marker="o", color=colour, label=pol)
+        if pol != base_label:
+            for x, y in zip(d.num_gpus, d.speedup):
+                if np.isfinite(y):
+                    ax.annotate(f"{y:.2f}×", (x, y), textcoords="offset points", xytext=(0, 6), ha="center",
+                                fontsize=7.5, color=colour)
+        ax2.plot(d.num_gpus, d.tokens_per_s_per_gpu, style, marker="o", color=colour, label=pol)
+    for a in (ax, ax2):
+        a.set_xscale("log")
+        a.set_xticks(gpus, [f"{int(g):,}" for g in gpus], rotation=30, fontsize=8)
+        a.minorticks_off()
+        a.set_xlabel("cluster size (GPUs)")
+        a.grid(alpha=0.3)
+        a.legend(title="policy", fontsize=8)
+    ax.margins(y=0.15)
+    ax.set_ylabel(f"throughput speedup over {base_label} (×)")
+    ax.set_title("speedup (labels: × over the baseline)", fontsize=9.5)
+    ax2.set_ylabel("throughput (tokens/s per GPU)")
+    ax2.set_ylim(0, None)
+    ax2.set_title("throughput per GPU", fontsize=9.5)
+    per_rank = base.global_batch_tokens / base.pool
+    fig.suptitle(f"(f) Speedup against cluster size — weak scaling of {base.name}: {base.model}, TP{base.tp} "
+                 f"PP{base.pp}, pool {min(df.pool)}–{max(df.pool)}, {per_rank / 1e3:,.0f}K tokens per rank "
+                 f"per batch, context {base.context_len:,}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def make(ctx: FigureContext, scenarios: list[Scenario]) -> list[Path]:
+    base = scenarios[0]
+    df = collect(ctx, base)
+    return save_figure(ctx, plot(df, base), STEM, df)

@@ -1,0 +1,94 @@
+"""Figure (a): throughput per policy against context length, with each policy's speedup over the baseline.
+
+The base scenario's trace is cut at each context length (documents longer than the window become
+window-sized pieces, so every point trains on the same tokens); everything else stays fixed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments.figures.common import (
+    FigureContext,
+    baseline_of,
+    human_tokens,
+    metrics_row,
+    plt,
+    policy_colour,
+    save_figure,
+)
+from experiments.scenario import Scenario
+
+KEY = "a"
+STEM = "a_throughput_vs_context"
+TITLE = "throughput per policy against context length"
+DEFAULT_SCENARIOS = ("h100-512-256k",)
+CONTEXTS = (32768, 65536, 131072, 262144)
+QUICK_CONTEXTS = (32768, 262144)
+
+
+def contexts_for(sc: Scenario, quick: bool) -> list[int]:
+    """32K..256K, or, for a base scenario whose context is below 32K, its context and two halvings."""
+    grid = QUICK_CONTEXTS if quick else CONTEXTS
+    if sc.context_len < grid[0]:
+        c = sc.context_len
+        return [c // 4, c] if quick else [c // 4, c // 2, c]
+    return list(grid)
+
+
+def collect(ctx: FigureContext, base: Scenario) -> pd.DataFrame:
+    rows = []
+    specs = ctx.specs(base)
+    for c in contexts_for(base, ctx.quick):
+        sc = base.with_(context_len=c, name=f"{base.name}@{human_tokens(c)}")
+        ctx.log(f"(a) context {human_tokens(c)}")
+        for spec in specs:
+            res = ctx.try_run(sc, spec)
+            rows.append({"scenario": base.name, "context_len": c, "policy": spec.label,
+                         **metrics_row(res, sc.num_gpus)})
+    df = pd.DataFrame(rows)
+    base_label = baseline_of([s.label for s in specs])
+    ref = df[df.policy == base_label].set_index("context_len")["tokens_per_s"]
+    df["speedup_vs_" + base_label.replace("-", "_")] = df["tokens_per_s"] / df["context_len"].map(ref)
+    return df
+
+
+def plot(df: pd.DataFrame, base: Scenario) -> plt.Figure:
+    policies = list(dict.fromkeys(df.policy))
+    contexts = sorted(df.context_len.unique())
+    base_label = baseline_of(policies)
+    speed_col = "speedup_vs_" + base_label.replace("-", "_")
+    fig, ax = plt.subplots(figsize=(1.9 * len(contexts) + 2.5, 4.6))
+    x = np.arange(len(contexts))
+    width = 0.8 / len(policies)
+    top = np.nanmax(df.tokens_per_s_per_gpu.to_numpy()) if df.ok.any() else 1.0
+    for i, pol in enumerate(policies):
+        d = df[df.policy == pol].set_index("context_len").reindex(contexts)
+        xs = x + (i - (len(policies) - 1) / 2) * width
+        ax.bar(xs, d.tokens_per_s_per_gpu, width, label=pol, color=policy_colour(pol, policies),
+               edgecolor="black", linewidth=0.4)
+        for xi, v, s in zip(xs, d.tokens_per_s_per_gpu, d[speed_col]):
+            if np.isfinite(v):
+                ax.text(xi, v + 0.01 * top, f"{s:.2f}×", ha="center", va="bottom", fontsize=7.5)
+            else:
+                ax.text(xi, 0.02 * top, "failed", ha="center", va="bottom", fontsize=7, rotation=90)
+    ax.set_xticks(x, [human_tokens(int(c)) for c in contexts])
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("throughput (tokens/s per GPU)")
+    ax.set_ylim(0, top * 1.25)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(title="policy", fontsize=8, loc="upper right")
+    ax.set_title(f"(a) Throughput against context length — {base.name}\n{base.model} on {base.num_gpus:,} "
+                 f"{base.gpu.upper()} (TP{base.tp} PP{base.pp} pool {base.pool}), "
+                 f"{human_tokens(base.global_batch_tokens)} tokens/batch; labels: speedup over {base_label}",
+                 fontsize=9.5)
+    return fig
+
+
+def make(ctx: FigureContext, scenarios: list[Scenario]) -> list[Path]:
+    base = scenarios[0]
+    df = collect(ctx, base)
+    return save_figure(ctx, plot(df, base), STEM, df)
