@@ -1,0 +1,382 @@
+"""Unit tests of the ``hydra`` policy: the closed-form target, degrees from load, the lazy-heap placement, the
+engine choice, non-power-of-two pools, ``degrees="any"``, the 1F1B order, and the error messages."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
+from policies import Engine, PolicyError, create_policy, validate_plan
+from policies.hydra import HyDra, rank_loads
+from policies.hydra_order import best_order, candidate_orders, makespan, makespans
+from policies.hydra_placement import _Packer, place
+from policies.hydra_target import build_target_model, cell_degrees, pack_heavy, solve_tau
+from policies.hydra_work import allowed_degrees, build_grid, engine_options, group_overhead, sequence_work
+from policies.registry import available_policies, policy_options
+
+
+@dataclass(frozen=True)
+class Batch:
+    seq_ids: np.ndarray
+    lengths: np.ndarray
+
+    @staticmethod
+    def of(lengths) -> Batch:
+        L = np.asarray(lengths, dtype=np.int64)
+        return Batch(np.arange(len(L), dtype=np.int64) + 10, L)
+
+
+def job_of(pool: int = 16, pp: int = 1, budget: int | None = None, model: str = "llama3-8b", tp: int = 1):
+    return JobSpec(get_model(model), get_gpu("h200"), tp=tp, pp=pp, pool=pool, context_len=262144,
+                   max_tokens_per_rank=budget)
+
+
+def check(plan, batch, job, budget):
+    validate_plan(plan, batch, max_tokens_per_rank=budget, kv_heads_per_rank=job.kv_heads_per_rank,
+                  heads_per_rank=job.heads_per_rank)
+
+
+def degrees_of(plan) -> dict[int, int]:
+    return plan.degrees()
+
+
+# ---- registry and options ----------------------------------------------------------------------------------
+
+def test_registered_with_its_options() -> None:
+    assert "hydra" in available_policies()
+    opts = policy_options("hydra")
+    assert opts == {"cp_engine": "auto", "degrees": "pow2", "min_cp_size": 1, "tolerance": 0.05,
+                    "num_microbatches": None, "max_seqlen_per_rank": None}
+    assert isinstance(create_policy("hydra", cp_engine="ring"), HyDra)
+
+
+# ---- the work model ------------------------------------------------------------------------------------------
+
+def test_work_model_adds_up_to_the_group_cost_for_gemm_attention_and_ulysses() -> None:
+    """overhead + Σ work equals the cost model's price of a packed group where the costs are additive
+    (GEMMs are affine in tokens, attention is per sequence, all-to-alls are affine): Ulysses inside a node."""
+    from cost_models.base import GroupBatch
+
+    job = job_of(pool=8)
+    cm = AnalyticCostModel(job)
+    L = np.array([1000, 5000, 20000])
+    gb = GroupBatch(L, np.zeros(3, dtype=np.int64), np.array([8]), np.array([8]), np.array([0]))
+    packed = float(cm.group_costs(gb).total_s[0])
+    ours = float(group_overhead(np.array([8]), np.array([8]), cm)[0]
+                 + sequence_work(L, np.full(3, 8), np.full(3, 8), cm).sum())
+    assert ours == pytest.approx(packed, rel=1e-6)  # the overhead probe sees a 1-token attention term
+
+
+def test_work_model_is_conservative_for_the_ring() -> None:
+    """A ring hides one sequence's transfers behind another's attention: the sum of isolated works is an
+    upper bound of the packed group's price."""
+    from cost_models.base import GroupBatch
+
+    job = job_of(pool=16)
+    cm = AnalyticCostModel(job)
+    L = np.array([2000, 3000, 200000])
+    gb = GroupBatch(L, np.zeros(3, dtype=np.int64), np.array([16]), np.array([1]), np.array([0]))
+    packed = float(cm.group_costs(gb).total_s[0])
+    ours = float(group_overhead(np.array([16]), np.array([1]), cm)[0]
+                 + sequence_work(L, np.full(3, 16), np.ones(3, dtype=np.int64), cm).sum())
+    assert ours >= packed * (1 - 1e-12)
+
+
+def test_allowed_degrees() -> None:
+    job = job_of(pool=12)
+    assert allowed_degrees(12, "pow2", 1, "auto", job).tolist() == [1, 2, 4, 8, 12]
+    assert allowed_degrees(16, "pow2", 3, "auto", job_of(16)).tolist() == [4, 8, 16]
+    assert allowed_degrees(6, "any", 1, "auto", job_of(6)).tolist() == [1, 2, 3, 4, 5, 6]
+    # Pure Ulysses spans at most the KV heads per rank (8 for llama3-8b at TP 1) inside one node.
+    assert allowed_degrees(16, "pow2", 1, "ulysses", job_of(16)).tolist() == [1, 2, 4, 8]
+    with pytest.raises(PolicyError, match="degrees = 'odd'"):
+        allowed_degrees(16, "odd", 1, "auto", job_of(16))
+    with pytest.raises(PolicyError, match="min_cp_size = 20"):
+        allowed_degrees(16, "pow2", 20, "auto", job_of(16))
+
+
+# ---- the target ------------------------------------------------------------------------------------------
+
+def test_target_is_total_work_over_rank_slots_without_communication() -> None:
+    """With time ∝ tokens per rank and no communication, work is the same on any degree, so F(τ) is the
+    constant Σ 3·k·L and the target is its closed form Σ 3kL / (W·m)."""
+    job = job_of(pool=8)
+    cm = ConstantCostModel(job, fwd_s_per_token=1e-6)
+    rng = np.random.default_rng(3)
+    L = rng.integers(100, 50_000, 200)
+    for m in (1, 3, 7):
+        plan = create_policy("hydra", num_microbatches=m).plan(Batch.of(L), job, cm)
+        assert plan.meta["target_s"] == pytest.approx(3e-6 * L.sum() / (8 * m), rel=1e-9)
+
+
+def test_target_is_the_fixed_point_with_communication() -> None:
+    """τ = F(τ)/(W·m) + ō with F(τ) the total rank-work (compute and communication) at the degrees τ asks for:
+    the solver returns the smallest τ at or above that right-hand side."""
+    job = job_of(pool=16)
+    cm = AnalyticCostModel(job)
+    rng = np.random.default_rng(0)
+    L = np.minimum(262144, np.maximum(64, rng.lognormal(8.5, 1.5, 400))).astype(np.int64)
+    M = cm.max_tokens_per_rank()
+    grid = build_grid(L, allowed_degrees(16, "pow2", 1, "auto", job), "auto", job, cm, M)
+    tm = build_target_model(grid)
+
+    def rhs(tau: float, m: int) -> float:
+        k, _ = cell_degrees(grid, tm, tau)
+        used = np.bincount(grid.cell, minlength=len(grid.lengths)) > 0
+        F = tm.rank_work[np.flatnonzero(used), k[used]].sum()
+        return F / (16 * m) + tm.slot_overhead
+
+    for m in (4, 12, 40):
+        tau = solve_tau(tm, 16, m)
+        assert tau >= rhs(tau, m) * (1 - 1e-9)
+        below = tau * (1 - 1e-6)
+        assert below < rhs(below, m)
+    # A smaller target asks for higher degrees, hence more communication: F grows as τ falls.
+    assert rhs(solve_tau(tm, 16, 40), 1) >= rhs(solve_tau(tm, 16, 4), 1)
+
+
+def test_microbatch_count_follows_the_pipeline_depth() -> None:
+    """Without heavy sequences or overheads, one stage needs only what memory asks for, while deeper pipelines
+    take more microbatches to shrink the (p − 1)/(m + p − 1) bubble."""
+    L = np.full(2048, 512)
+    m_of = {}
+    for pp in (1, 4):
+        job = job_of(pool=8, pp=pp, budget=16384)
+        cm = ConstantCostModel(job)
+        m_of[pp] = create_policy("hydra").plan(Batch.of(L), job, cm).num_microbatches
+    assert m_of[1] == int(np.ceil(L.sum() / (0.92 * 8 * 16384)))
+    assert m_of[4] > m_of[1]
+
+
+# ---- degrees from load, not memory -----------------------------------------------------------------------
+
+def test_long_sequences_get_more_ranks_than_memory_needs() -> None:
+    job = job_of(pool=16, pp=4, budget=200_000)  # memory alone would put every sequence on one rank
+    cm = AnalyticCostModel(job)
+    L = [131072] + [2048] * 300
+    batch = Batch.of(L)
+    plan = create_policy("hydra").plan(batch, job, cm)
+    check(plan, batch, job, 200_000)
+    deg = degrees_of(plan)
+    assert deg[10] >= 8  # the long one is split by load
+    assert np.median([deg[i] for i in range(11, 311)]) == 1
+
+
+def test_degree_never_below_the_memory_minimum() -> None:
+    job = job_of(pool=16, budget=4096)
+    cm = AnalyticCostModel(job)
+    L = [60000, 30000, 9000, 4097, 4096, 100]
+    plan = create_policy("hydra", tolerance=1.0).plan(Batch.of(L), job, cm)
+    deg = degrees_of(plan)
+    for i, n in enumerate(L):
+        assert deg[10 + i] >= -(-n // 4096)
+
+
+# ---- placement ---------------------------------------------------------------------------------------------
+
+def test_lazy_heap_skips_stale_entries_and_picks_the_roomiest_bin() -> None:
+    pk = _Packer(pool=4, budget=100.0, tau=1.0, tol=0.0, aligned=True, overhead={(1, 1): 0.0})
+    k = pk.new_mb()
+    for _ in range(4):
+        pk.carve(k, 1, 1)
+    pk.add(0, 0, 0.5, 10.0)
+    pk.add(0, 1, 0.2, 10.0)  # bin 0 now has two stale entries in its class heap
+    pk.add(1, 2, 0.3, 10.0)
+    heap = pk.classes[(1, 1)]
+    assert len(heap) == 4 + 3  # one entry per push; none removed yet
+    room, gid = pk.best_in_class((1, 1), 0.1, 1.0, strict=False)
+    assert gid == 2 and room == pytest.approx(0.1 - 1.0)
+    pk.add(2, 3, 0.9, 1.0)
+    pk.add(3, 4, 0.9, 1.0)
+    _, gid = pk.best_in_class((1, 1), 0.1, 1.0, strict=False)
+    assert gid == 1  # load 0.3: the stale entries of bin 0 (loads 0, 0.5) were popped on the way
+    assert all(pk.bins[g].version == v for _, g, v in heapq.nsmallest(1, heap))
+    assert pk.best_in_class((1, 1), 0.9, 1.0, strict=False) is None  # nothing has room for 0.9
+
+
+def test_token_budget_sets_bins_aside_without_losing_them() -> None:
+    pk = _Packer(pool=2, budget=10.0, tau=1.0, tol=0.0, aligned=True, overhead={(1, 1): 0.0})
+    k = pk.new_mb()
+    pk.carve(k, 1, 1)
+    pk.carve(k, 1, 1)
+    pk.add(0, 0, 0.1, 9.0)  # roomiest by load, but nearly out of tokens
+    pk.add(1, 1, 0.5, 1.0)
+    _, gid = pk.best_in_class((1, 1), 0.1, 5.0, strict=False)
+    assert gid == 1
+    _, gid = pk.best_in_class((1, 1), 0.1, 1.0, strict=False)
+    assert gid == 0  # set aside for the 5-token item, back in the heap for this one
+
+
+def test_fill_balances_equal_items_like_lpt() -> None:
+    n, W = 97, 8
+    shares = np.full(n, 0.01)
+    lay = place(pool=W, budget=1e9, tau=1.0, tol=0.05, aligned=True, lengths=np.full(n, 100),
+                sizes=np.ones(n, dtype=np.int64), ulysses=np.ones(n, dtype=np.int64), shares=shares,
+                heavy=np.zeros(n, dtype=bool), m_light=1, order_key=np.arange(n), overhead={(1, 1): 0.0},
+                fill=(1, 1), fill_work=lambda pos, s, u: np.full(len(pos), 0.01 / s))
+    loads = sorted(b.load for b in lay.bins)
+    assert loads[-1] - loads[0] <= 0.01 + 1e-12
+    assert sum(len(b.seqs) for b in lay.bins) == n
+
+
+def test_pack_heavy_is_first_fit_by_free_ranks() -> None:
+    where, height = pack_heavy(np.array([3.0, 2.0, 1.0, 5.0]), np.array([8, 8, 4, 16]), 16)
+    assert where.tolist() == [1, 1, 2, 0] and height.tolist() == [5.0, 3.0, 1.0]
+
+
+# ---- engines -------------------------------------------------------------------------------------------------
+
+def test_auto_engine_is_the_cheapest_split_per_group() -> None:
+    job = job_of(pool=16, pp=4)
+    cm = AnalyticCostModel(job)
+    batch = Batch.of([240_000] + [3000] * 200)
+    plan = create_policy("hydra").plan(batch, job, cm)
+    check(plan, batch, job, cm.max_tokens_per_rank())
+    length = dict(zip(batch.seq_ids.tolist(), batch.lengths.tolist()))
+    seen16 = False
+    for mb in plan.microbatches:
+        for g in mb.groups:
+            L = np.array([length[s] for s in g.seq_ids])
+            n = len(L)
+
+            def load(u: int, g=g, L=L, n=n) -> float:
+                return float(group_overhead(np.array([g.size]), np.array([u]), cm)[0]
+                             + sequence_work(L, np.full(n, g.size), np.full(n, u), cm).sum())
+            assert load(g.engine.ulysses) <= min(load(u) for u in engine_options(g.size, "auto", job)) * (1 + 1e-9)
+            if g.size == 16:
+                seen16 = True
+                assert g.engine == Engine("hybrid", 8, 2)  # Ulysses inside the node, ring across two
+    assert seen16
+
+
+@pytest.mark.parametrize("kind", ["ring", "hybrid"])
+def test_fixed_engine_kinds(kind: str) -> None:
+    job = job_of(pool=16, pp=4)
+    cm = AnalyticCostModel(job)
+    batch = Batch.of([200_000] + [3000] * 100)
+    plan = create_policy("hydra", cp_engine=kind).plan(batch, job, cm)
+    check(plan, batch, job, cm.max_tokens_per_rank())
+    for mb in plan.microbatches:
+        for g in mb.groups:
+            if g.size == 1:
+                continue
+            if kind == "ring":
+                assert g.engine.kind == "ring"
+            else:
+                assert g.engine.ulysses == min(8, max(u for u in range(1, 9) if g.size % u == 0))
+
+
+def test_ulysses_only_cannot_span_more_than_the_kv_heads() -> None:
+    job = job_of(pool=16, budget=10_000)
+    with pytest.raises(PolicyError, match="more than the largest allowed CP group holds: 8 ranks"):
+        create_policy("hydra", cp_engine="ulysses").plan(Batch.of([100_000, 500]), job, AnalyticCostModel(job))
+
+
+# ---- pools that are not powers of two, degrees="any" -------------------------------------------------------
+
+@pytest.mark.parametrize("pool", [3, 6, 12, 24, 40])
+def test_non_power_of_two_pools(pool: int) -> None:
+    budget = 8192
+    job = job_of(pool=pool, pp=2, budget=budget)
+    cm = AnalyticCostModel(job)
+    rng = np.random.default_rng(pool)
+    L = np.minimum(pool * budget, np.maximum(1, rng.lognormal(8.0, 1.7, 300))).astype(np.int64)
+    L[0] = pool * budget  # needs the whole pool
+    batch = Batch.of(L)
+    plan = create_policy("hydra").plan(batch, job, cm)
+    check(plan, batch, job, budget)
+    deg = degrees_of(plan)
+    assert deg[10] == pool
+    for mb in plan.microbatches:
+        for g in mb.groups:
+            assert g.size == pool or (g.size & (g.size - 1) == 0 and g.ranks[0] % g.size == 0)
+
+
+def test_degrees_any_uses_sizes_pow2_cannot() -> None:
+    """A sequence of 2.5 M tokens on a pool of 6 needs 3 ranks; with a target loose enough for 3, "any" gives
+    it exactly 3 while "pow2" rounds up to 4."""
+    M = 10_000
+    job = job_of(pool=6, budget=M)
+    cm = ConstantCostModel(job)
+    batch = Batch.of([25_000] + [1_000] * 30)
+    plans = {mode: create_policy("hydra", degrees=mode, num_microbatches=1).plan(batch, job, cm)
+             for mode in ("pow2", "any")}
+    for plan in plans.values():
+        check(plan, batch, job, M)
+    assert degrees_of(plans["any"])[10] == 3
+    assert degrees_of(plans["pow2"])[10] == 4
+
+
+# ---- heavy sequences and the 1F1B order ----------------------------------------------------------------------
+
+def test_heavy_sequence_gets_its_own_tall_microbatch() -> None:
+    job = job_of(pool=16, pp=4)
+    cm = AnalyticCostModel(job)
+    batch = Batch.of([250_000] + [4000] * 500)
+    plan = create_policy("hydra").plan(batch, job, cm)
+    check(plan, batch, job, cm.max_tokens_per_rank())
+    assert plan.meta["heavy_sequences"] >= 1
+    loads = rank_loads(plan, batch, cm)
+    tall = [k for k, mb in enumerate(plan.microbatches) if any(10 in g.seq_ids for g in mb.groups)]
+    assert len(tall) == 1 and loads[tall[0]].max() > plan.meta["target_s"]
+    assert (loads.max(axis=1) <= np.asarray(plan.meta["microbatch_caps_s"]) * (1 + 1e-9)).all()
+
+
+def test_one_f_one_b_recurrence_closed_form() -> None:
+    """Uniform microbatches: (m + p − 1)·h, the bubble (p − 1)/(m + p − 1)."""
+    for m, p in [(1, 1), (5, 4), (12, 3), (3, 8)]:
+        assert makespan(np.ones(m), p) == pytest.approx(m + p - 1)
+    H = np.random.default_rng(1).random((5, 9))
+    assert makespans(H, 4) == pytest.approx([makespan(h, 4) for h in H])
+
+
+def test_best_order_keeps_heavy_microbatches_together() -> None:
+    h = np.array([3.0, 2.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    heavy = h > 1.5
+    orders = candidate_orders(h, heavy, 4)
+    for o in orders:
+        pos = [int(np.flatnonzero(o == i)[0]) for i in (0, 1)]
+        assert abs(pos[0] - pos[1]) == 1
+    _order, t = best_order(h, heavy, 4)
+    assert t == pytest.approx(min(makespans(h[orders], 4)))
+    assert t <= makespan(h, 4) + 1e-12
+
+
+# ---- errors ----------------------------------------------------------------------------------------------------
+
+def test_sequence_longer_than_the_pool_holds_is_named() -> None:
+    job = job_of(pool=8, budget=1000)
+    with pytest.raises(PolicyError, match=r"sequence id 11 has 8001 tokens.*8 ranks × 1000 tokens per rank"):
+        create_policy("hydra").plan(Batch.of([10, 8001, 20]), job, AnalyticCostModel(job))
+
+
+def test_bad_input_and_options() -> None:
+    job = job_of(pool=8, budget=1000)
+    cm = AnalyticCostModel(job)
+    with pytest.raises(PolicyError, match="sequence id 11 has length 0"):
+        create_policy("hydra").plan(Batch.of([10, 0]), job, cm)
+    with pytest.raises(PolicyError, match="no sequences"):
+        create_policy("hydra").plan(Batch.of([]), job, cm)
+    with pytest.raises(PolicyError, match="repeat an id"):
+        create_policy("hydra").plan(Batch(np.array([1, 1]), np.array([5, 6])), job, cm)
+    with pytest.raises(PolicyError, match="degrees = 'odd'"):
+        create_policy("hydra", degrees="odd").plan(Batch.of([10]), job, cm)
+    with pytest.raises(PolicyError, match="cp_engine"):
+        create_policy("hydra", cp_engine="torus").plan(Batch.of([10]), job, cm)
+    with pytest.raises(PolicyError, match="tolerance"):
+        create_policy("hydra", tolerance=-1).plan(Batch.of([10]), job, cm)
+    with pytest.raises(PolicyError, match="num_microbatches"):
+        create_policy("hydra", num_microbatches=0).plan(Batch.of([10]), job, cm)
+
+
+def test_budget_option_overrides_the_cost_model() -> None:
+    job = job_of(pool=8)
+    cm = AnalyticCostModel(job)
+    batch = Batch.of([5000] * 40)
+    plan = create_policy("hydra", max_seqlen_per_rank=6000).plan(batch, job, cm)
+    check(plan, batch, job, 6000)
+    assert plan.meta["max_tokens_per_rank"] == 6000
