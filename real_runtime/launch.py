@@ -3,10 +3,15 @@
 * Under ``torchrun`` (the environment has ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``), every
   process calls :func:`init_from_env` and runs its part; this is how a GPU cluster runs (NCCL, one process
   per GPU, any number of nodes).
-* Otherwise :func:`spawn` starts ``nproc`` processes on this machine with the ``spawn`` start method,
-  rendezvous through a ``FileStore`` in a temporary directory (gloo binds to the loopback interface unless
-  ``GLOO_SOCKET_IFNAME`` says otherwise), runs a module-level function on each and waits for all of them.
-  A failing process writes its traceback to a file, and :func:`spawn` raises :class:`LaunchError` with it.
+* Otherwise :func:`spawn` starts ``nproc`` processes on this machine, rendezvous through a ``FileStore`` in a
+  temporary directory (gloo binds to the loopback interface unless ``GLOO_SOCKET_IFNAME`` says otherwise),
+  runs a module-level function on each and waits for all of them. A failing process writes its traceback
+  to a file, and :func:`spawn` raises :class:`LaunchError` with it.
+
+Start method: ``forkserver`` where the platform has it, else ``spawn``. Importing torch costs seconds of CPU
+per process; the fork server imports it once (single-threaded: OpenMP and BLAS pools are not started in it,
+so forking from it is safe), and every later process of this program is forked from it already loaded. The
+processes inherit the server's environment, fixed when the first one starts.
 
 Device: ``cpu`` or ``cuda``; with CUDA every process uses GPU ``local_rank mod device_count`` (with fewer GPUs
 than processes they share; NCCL needs one process per GPU, so use gloo then).
@@ -78,6 +83,31 @@ def init_from_env(backend: str, timeout_s: float = 600.0) -> tuple[int, int, int
     return dist.get_rank(), dist.get_world_size(), local
 
 
+_PRELOAD = ["torch", "torch.distributed", "numpy"]
+_SINGLE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def mp_context(method: str | None = None) -> Any:
+    """The multiprocessing context of :func:`spawn` (see module doc); starts the fork server if needed."""
+    method = method or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        from multiprocessing import forkserver
+
+        ctx.set_forkserver_preload(_PRELOAD)
+        saved = {k: os.environ.get(k) for k in _SINGLE_THREAD_ENV}
+        os.environ.update(_SINGLE_THREAD_ENV)
+        try:
+            forkserver.ensure_running()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return ctx
+
+
 def _entry(fn: Callable[..., Any], rank: int, world: int, backend: str, store_path: str, err_dir: str,
            threads: int, timeout_s: float, args: tuple[Any, ...]) -> None:
     torch.set_num_threads(max(1, threads))
@@ -100,15 +130,16 @@ def _entry(fn: Callable[..., Any], rank: int, world: int, backend: str, store_pa
 
 
 def spawn(fn: Callable[..., Any], nproc: int, args: tuple[Any, ...] = (), *, backend: str = "gloo",
-          threads: int = 1, timeout_s: float = 600.0) -> None:
+          threads: int = 1, timeout_s: float = 600.0, start_method: str | None = None) -> None:
     """Run ``fn(rank, world, *args)`` on ``nproc`` new processes of one gloo/NCCL world and wait.
 
     ``fn`` must be a module-level function and ``args`` picklable. ``threads`` is each process's torch
-    intra-op thread count. Raises :class:`LaunchError` if a process fails or runs past ``timeout_s``.
+    intra-op thread count; ``start_method`` ``forkserver`` (default where available) or ``spawn``. Raises
+    :class:`LaunchError` if a process fails or runs past ``timeout_s``.
     """
     if nproc < 1:
         raise LaunchError(f"nproc must be ≥ 1, got {nproc}")
-    ctx = mp.get_context("spawn")
+    ctx = mp_context(start_method)
     with tempfile.TemporaryDirectory(prefix="dcpsim_launch_") as tmp:
         store = str(Path(tmp, "store"))
         procs = [ctx.Process(target=_entry, args=(fn, r, nproc, backend, store, tmp, threads, timeout_s, args),

@@ -1,0 +1,90 @@
+"""Comparing a predicted and a measured timeline of one iteration (both in the simulator's schema).
+
+Three levels, each an absolute percentage error ``|predicted / measured − 1|``:
+
+* **rank-microbatch compute**: per (rank, microbatch), forward + backward ``compute`` seconds;
+* **microbatch critical time**: per microbatch, the maximum over its ranks of compute + exposed CP
+  communication, forward + backward (what the slowest member of the microbatch spends on it);
+* **iteration time**: the latest ``end`` of the iteration, gradient sync and optimizer step included.
+
+MAPE is the mean of the errors. The functions only read the schema's columns (``sim.timeline``), so this
+module depends on neither ``sim`` nor torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+KEYS = ["rank", "microbatch"]
+
+
+def ape(predicted: np.ndarray | float, measured: np.ndarray | float) -> np.ndarray:
+    """Absolute percentage error (a fraction), elementwise; ``nan`` where nothing was measured."""
+    p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
+    return np.where(m > 0, np.abs(p / np.where(m > 0, m, 1.0) - 1.0), np.nan)
+
+
+def mape(predicted: np.ndarray | Sequence[float], measured: np.ndarray | Sequence[float]) -> float:
+    """Mean absolute percentage error (a fraction); ``nan`` for no data."""
+    e = ape(np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64))
+    return float(np.nanmean(e)) if e.size and not np.all(np.isnan(e)) else float("nan")
+
+
+def rank_microbatch_times(tl: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, microbatch) of a timeline: tokens, compute seconds and exposed CP seconds (F + B)."""
+    t = tl[tl["microbatch"] >= 0]
+    dur = (t["end"] - t["start"]).astype(np.float64)
+    comp = dur.where(t["kind"] == "compute", 0.0)
+    cp = dur.where((t["kind"] == "comm") & (t["comm"] == "cp"), 0.0)
+    df = pd.DataFrame({"rank": t["rank"].astype(int), "microbatch": t["microbatch"].astype(int),
+                       "tokens": t["tokens"].astype(np.float64), "compute_s": comp, "cp_s": cp})
+    out = df.groupby(KEYS, sort=True).agg(tokens=("tokens", "max"), compute_s=("compute_s", "sum"),
+                                         cp_s=("cp_s", "sum")).reset_index()
+    out["busy_s"] = out["compute_s"] + out["cp_s"]
+    return out
+
+
+def compare_iteration(predicted: pd.DataFrame, measured: pd.DataFrame) -> dict[str, pd.DataFrame | float]:
+    """Errors of one iteration: ``rank_microbatch`` (one row per rank-microbatch), ``microbatch`` (one row per
+    microbatch) and the scalars ``predicted_s``, ``measured_s``, ``iteration_ape``."""
+    p, m = rank_microbatch_times(predicted), rank_microbatch_times(measured)
+    rm = p.merge(m, on=KEYS, how="outer", suffixes=("_pred", "_meas"), indicator=True)
+    if (rm["_merge"] != "both").any():
+        bad = rm[rm["_merge"] != "both"].iloc[0]
+        raise ValueError(f"predicted and measured timelines differ in who runs what: rank {bad['rank']}, "
+                         f"microbatch {bad['microbatch']} only in the {bad['_merge'].replace('_only', '')} one")
+    rm = rm.drop(columns="_merge")
+    rm["compute_ape"] = ape(rm["compute_s_pred"], rm["compute_s_meas"])
+    mb = rm.groupby("microbatch", sort=True).agg(
+        ranks=("rank", "size"), tokens_max=("tokens_pred", "max"), predicted_s=("busy_s_pred", "max"),
+        measured_s=("busy_s_meas", "max")).reset_index()
+    mb["ape"] = ape(mb["predicted_s"], mb["measured_s"])
+    ps, ms = float(predicted["end"].max()), float(measured["end"].max())
+    return {"rank_microbatch": rm, "microbatch": mb, "predicted_s": ps, "measured_s": ms,
+            "iteration_ape": float(ape(ps, ms))}
+
+
+def summarise(iterations: Sequence[Mapping[str, pd.DataFrame | float]]) -> dict[str, float]:
+    """MAPEs over several iterations of one policy, mean iteration times, and the median predicted /
+    measured ratio of rank-microbatch compute (a bias: below 1 the model is optimistic)."""
+    rm = pd.concat([it["rank_microbatch"] for it in iterations], ignore_index=True)
+    mb = pd.concat([it["microbatch"] for it in iterations], ignore_index=True)
+    ratio = rm["compute_s_pred"] / rm["compute_s_meas"].where(rm["compute_s_meas"] > 0)
+    return {
+        "rank_microbatch_mape": float(np.nanmean(rm["compute_ape"])),
+        "microbatch_mape": float(np.nanmean(mb["ape"])),
+        "iteration_mape": float(np.mean([it["iteration_ape"] for it in iterations])),
+        "predicted_iteration_s": float(np.mean([it["predicted_s"] for it in iterations])),
+        "measured_iteration_s": float(np.mean([it["measured_s"] for it in iterations])),
+        "compute_ratio_median": float(np.nanmedian(ratio)),
+        "rank_microbatches": len(rm),
+        "microbatches": len(mb),
+    }
+
+
+def ranking(times: Mapping[str, float]) -> list[str]:
+    """Labels ordered from the fastest (smallest time) to the slowest; ties keep the given order."""
+    return [k for k, _ in sorted(times.items(), key=lambda kv: kv[1])]

@@ -1,0 +1,82 @@
+"""``dcpsim validate`` end to end on 4 gloo processes (small): profile, calibrate, plan, simulate, run, compare."""
+
+import builtins
+import json
+
+import pytest
+
+from experiments.cli import main
+
+SMALL = ["--backend", "gloo", "--nproc", "4", "--iterations", "1", "--tokens", "1536", "--context-len", "512",
+         "--median-len", "120"]
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    pytest.importorskip("torch")
+    import io
+    from contextlib import redirect_stdout
+
+    out = tmp_path_factory.mktemp("validate")
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(["validate", *SMALL, "--policies", "static-cp,mcore-dcp,hydra,no-such-policy", "--out", str(out)])
+    return rc, buf.getvalue(), out
+
+
+def test_prints_per_microbatch_errors_and_ranking(validated):
+    rc, text, _ = validated
+    assert rc == 0, text
+    assert "per-microbatch prediction error" in text
+    assert "rank-mb MAPE" in text and "iter MAPE" in text
+    ranking = [ln for ln in text.splitlines() if ln.startswith("ranking by iteration time")]
+    assert len(ranking) == 1 and ("same" in ranking[0] or "DIFFERENT" in ranking[0])
+    for policy in ("static-cp", "mcore-dcp", "hydra"):
+        assert policy in text
+
+
+def test_writes_profile_calibration_errors_and_plot(validated):
+    _, _, out = validated
+    for name in ("profile.csv", "calibration.json", "simulated.csv", "errors.csv", "validate.png",
+                 "run/timeline.csv", "run/losses.csv"):
+        assert (out / name).exists(), name
+    from cost_models import Calibration
+    from cost_models.profile_table import read_profile
+
+    prof = read_profile(out / "profile.csv")
+    assert {"attn_fwd", "attn_bwd", "gemm", "send_recv", "all_to_all"} <= set(prof.op)
+    assert Calibration.load(out / "calibration.json").name == "validate-cpu"
+    import pandas as pd
+
+    err = pd.read_csv(out / "errors.csv")
+    assert set(err.columns) >= {"policy", "iteration", "microbatch", "predicted_s", "measured_s", "ape"}
+    assert (err.measured_s > 0).all() and (err.predicted_s > 0).all()
+
+
+def test_json_document_and_unknown_policy_skipped(validated):
+    _, text, out = validated
+    doc = json.loads((out / "validate.json").read_text())
+    assert doc["skipped"] == ["no-such-policy"] and "skipped no-such-policy" in text
+    assert sorted(doc["policies"]) == ["hydra", "mcore-dcp", "static-cp"]
+    for s in doc["policies"].values():
+        assert s["microbatches"] >= 1 and s["measured_iteration_s"] > 0 and s["predicted_iteration_s"] > 0
+        assert 0 <= s["iteration_mape"] and 0 <= s["microbatch_mape"] and 0 <= s["rank_microbatch_mape"]
+    assert sorted(doc["ranking"]["simulated"]) == sorted(doc["ranking"]["measured"]) == sorted(doc["policies"])
+    assert doc["ranking"]["same"] == (doc["ranking"]["simulated"] == doc["ranking"]["measured"])
+    assert len(doc["microbatches"]) == sum(s["microbatches"] for s in doc["policies"].values())
+
+
+def test_clear_errors(capsys, monkeypatch, tmp_path):
+    assert main(["validate", "--policies", "nope", "--out", str(tmp_path)]) == 2
+    assert "none of the policies" in capsys.readouterr().err
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("no torch here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    assert main(["validate"]) == 2
+    err = capsys.readouterr().err
+    assert "needs torch" in err and len(err.strip().splitlines()) == 1
