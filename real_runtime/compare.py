@@ -54,8 +54,9 @@ def compare_iteration(predicted: pd.DataFrame, measured: pd.DataFrame) -> dict[s
     rm = p.merge(m, on=KEYS, how="outer", suffixes=("_pred", "_meas"), indicator=True)
     if (rm["_merge"] != "both").any():
         bad = rm[rm["_merge"] != "both"].iloc[0]
+        side = "predicted" if bad["_merge"] == "left_only" else "measured"
         raise ValueError(f"predicted and measured timelines differ in who runs what: rank {bad['rank']}, "
-                         f"microbatch {bad['microbatch']} only in the {bad['_merge'].replace('_only', '')} one")
+                         f"microbatch {bad['microbatch']} only in the {side} one")
     rm = rm.drop(columns="_merge")
     rm["compute_ape"] = ape(rm["compute_s_pred"], rm["compute_s_meas"])
     mb = rm.groupby("microbatch", sort=True).agg(
@@ -88,3 +89,17 @@ def summarise(iterations: Sequence[Mapping[str, pd.DataFrame | float]]) -> dict[
 def ranking(times: Mapping[str, float]) -> list[str]:
     """Labels ordered from the fastest (smallest time) to the slowest; ties keep the given order."""
     return [k for k, _ in sorted(times.items(), key=lambda kv: kv[1])]
+
+
+def same_ranking(predicted: Mapping[str, float], measured: Mapping[str, float], tie: float = 0.02) -> bool:
+    """Whether measurement orders every pair of labels as the prediction does. A pair whose predicted
+    times are within ``tie`` (relative) of each other is a predicted tie and may come in either order."""
+    keys = list(predicted)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            pa, pb = predicted[a], predicted[b]
+            if abs(pa - pb) <= tie * max(pa, pb):
+                continue
+            if (pa < pb) != (measured[a] < measured[b]):
+                return False
+    return True

@@ -63,6 +63,9 @@ def check_backend(backend: str, device: str, nproc: int) -> None:
                               f"{torch.cuda.device_count()} GPU(s); use fewer processes or --backend gloo")
     if device == "cuda" and not torch.cuda.is_available():
         raise LaunchError("device cuda requested but torch sees no CUDA GPU")
+    if backend == "gloo" and device == "cuda" and nproc > 1:
+        raise LaunchError("gloo cannot send CUDA tensors point to point (the ring engine needs it): use "
+                          "--backend nccl with one GPU per process, or --device cpu")
 
 
 def local_device(device: str, local_rank: int) -> torch.device:

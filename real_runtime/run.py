@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LaunchError, ValueError) as e:
         print(f"real_runtime.run: error: {e}", file=sys.stderr)
         return 2
-    check = reference_losses(workload, cfg) if args.check else None
+    check = reference_losses(workload, cfg, args.device) if args.check else None
     report(res, workload, check)
     return 0
 
