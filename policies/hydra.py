@@ -26,7 +26,7 @@ from cost_models.base import CostModel
 from cost_models.specs import JobSpec
 from policies.engines import check_engine_choice
 from policies.errors import PolicyError
-from policies.hydra_order import best_order
+from policies.hydra_order import balance_columns, best_order
 from policies.hydra_placement import Bin, Layout, place
 from policies.hydra_target import build_target_model, cell_degrees, choose_target
 from policies.hydra_work import (
@@ -236,27 +236,35 @@ class HyDra:
             out[g] = u
         return out
 
-    def _assemble(self, W: int, pp: int, layout: Layout, engines: list[int], ids: np.ndarray, M: int, tau: float, choice,
-                  n_heavy: int) -> Plan:
-        per_mb: dict[int, list[CPGroup]] = {}
-        for b, u in zip(layout.bins, engines):
-            if not b.seqs:
-                continue
-            per_mb.setdefault(b.mb, []).append(
-                CPGroup(tuple(range(b.first, b.first + b.size)), tuple(int(ids[i]) for i in b.seqs),
-                        _engine(b.size, u)))
-        keys = sorted(per_mb)
-        height = np.zeros(len(layout.caps))
-        for b in layout.bins:
-            if b.seqs:
-                height[b.mb] = max(height[b.mb], b.load)
-        is_heavy = np.arange(len(layout.caps)) < layout.heavy_mbs
-        order, _ = best_order(height[keys], is_heavy[keys], pp)
-        mbs = [keys[i] for i in order]
-        caps = [layout.caps[k] for k in mbs]
+    def _assemble(self, W: int, pp: int, layout: Layout, engines: list[int], ids: np.ndarray, M: int,
+                  tau: float, choice, n_heavy: int) -> Plan:
+        """Order the microbatches (1F1B recurrence), balance the columns (aligned mirroring), build the Plan."""
+        used = [g for g, b in enumerate(layout.bins) if b.seqs]
+        keys = sorted({layout.bins[g].mb for g in used})
+        slot = {k: i for i, k in enumerate(keys)}
+        height = np.zeros(len(keys))
+        for g in used:
+            b = layout.bins[g]
+            height[slot[b.mb]] = max(height[slot[b.mb]], b.load)
+        is_heavy = np.asarray(keys) < layout.heavy_mbs
+        order, _ = best_order(height, is_heavy, pp)
+        run = {keys[i]: r for r, i in enumerate(order)}  # microbatch key → position in the run order
+        loads = np.zeros((len(keys), W))
+        for g in used:
+            b = layout.bins[g]
+            loads[run[b.mb], b.first:b.first + b.size] = b.load
+        pos = balance_columns(loads) if self.degrees == "pow2" else np.tile(np.arange(W), (len(keys), 1))
+        groups: list[list[tuple[int, CPGroup]]] = [[] for _ in keys]
+        for g in used:
+            b = layout.bins[g]
+            r = run[b.mb]
+            first = int(pos[r, b.first:b.first + b.size].min())
+            groups[r].append((first, CPGroup(tuple(range(first, first + b.size)),
+                                             tuple(int(ids[i]) for i in b.seqs), _engine(b.size, engines[g]))))
+        caps = [layout.caps[keys[i]] for i in order]
         return make_plan(
-            self.name, W, [per_mb[k] for k in mbs],
-            target_s=tau, tolerance=self.tolerance, num_microbatches=len(mbs),
+            self.name, W, [[grp for _, grp in sorted(gs, key=lambda x: x[0])] for gs in groups],
+            target_s=tau, tolerance=self.tolerance, num_microbatches=len(keys),
             chosen_microbatches=choice.m_light + choice.m_heavy, heavy_sequences=n_heavy,
             heavy_microbatches=layout.heavy_mbs, microbatch_caps_s=caps, max_tokens_per_rank=M,
             estimate_s=choice.estimate_s, degrees=self.degrees, cp_engine=self.cp_engine)

@@ -132,3 +132,34 @@ def best_order(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[list[int
     t = makespans(heights[orders], p)
     j = int(np.argmin(t))
     return orders[j].tolist(), float(t[j])
+
+
+def balance_columns(loads: np.ndarray) -> np.ndarray:
+    """Mirror aligned blocks so that every rank ends the iteration with a similar total load.
+
+    ``loads`` [m, W] is each rank's load per microbatch in run order, W a power of two and every group an
+    aligned block. Microbatch by microbatch, top-down over the binary tree of aligned blocks, the two halves
+    of a block swap places when that puts the half with more load of this microbatch on the half of the
+    columns that has carried less so far. A group never straddles a swapped boundary (it is aligned and
+    smaller than the block, or it contains the block), so every group stays an aligned block of the same
+    ranks' size. Returns ``pos`` [m, W]: the new rank of each old rank. O(m · W · log W), vectorised per level.
+    """
+    m, W = loads.shape
+    pos = np.tile(np.arange(W), (m, 1))
+    if W & (W - 1) or W == 1:
+        return pos
+    total = np.zeros(W)
+    for k in range(m):
+        idx = np.arange(W)  # idx[new position] = old rank
+        s = W // 2
+        while s >= 1:
+            blocks = idx.reshape(-1, 2, s)
+            have = loads[k][blocks].sum(axis=2)
+            carried = total.reshape(-1, 2, s).sum(axis=2)
+            flip = ((have[:, 0] - have[:, 1]) * (carried[:, 0] - carried[:, 1])) > 0
+            blocks[flip] = blocks[flip][:, ::-1, :]
+            idx = blocks.reshape(-1)
+            s //= 2
+        pos[k, idx] = np.arange(W)
+        total += loads[k][idx]
+    return pos

@@ -124,6 +124,16 @@ class _Packer:
             heapq.heappush(self.free, e)
         return found
 
+    def top_room(self, cls: tuple[int, int]) -> float:
+        """Capacity − load of the roomiest bin of class ``cls`` (stale entries dropped); −inf if none."""
+        heap = self.classes.get(cls)
+        while heap:
+            key, gid, ver = heap[0]
+            if ver == self.bins[gid].version:
+                return -key
+            heapq.heappop(heap)
+        return -np.inf
+
     def best_in_class(self, cls: tuple[int, int], work: float, tokens: float,
                       strict: bool) -> tuple[float, int] | None:
         """(room after placing, bin) of the roomiest bin of class ``cls`` = (size, u) that takes ``work`` and
@@ -203,19 +213,27 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     if fill not in work_at:
         work_at[fill] = shares[small]
         classes.append(fill)
+    room = {cls: pk.top_room(cls) for cls in classes}
     for j, i in enumerate(small.tolist()):
         L = float(lengths[i])
         while True:
-            best: tuple[float, int, tuple[int, int]] | None = None
-            for cls in classes:
+            placed = False
+            # The class whose roomiest bin has the most room first: the first bin that takes the sequence
+            # is the one with the most room now (LPT), without a look at every class.
+            for cls in sorted(classes, key=room.__getitem__, reverse=True):
                 w = float(work_at[cls][j])
+                if room[cls] < w:
+                    continue
                 hit = pk.best_in_class(cls, w, L / cls[0], strict=False)
-                if hit is not None and (best is None or hit[0] - w < best[0]):
-                    best = (hit[0] - w, hit[1], cls)
-            if best is not None:
-                pk.add(best[1], i, float(work_at[best[2]][j]), L / best[2][0])
+                if hit is not None:
+                    pk.add(hit[1], i, w, L / cls[0])
+                    room[cls] = pk.top_room(cls)
+                    placed = True
+                    break
+            if placed:
                 break
             k = pk.new_mb(overhead[fill] + float(shares[i]))
             while pk.fits_block(k, fill[0]):
                 pk.carve(k, *fill)
+            room[fill] = pk.top_room(fill)
     return Layout(pk.bins, pk.caps, pk.cursor, heavy_mbs)

@@ -48,6 +48,7 @@ from policies.hydra_work import WorkGrid
 TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
 REFINE_WITHIN = 1.10  # candidates within this factor of the best Σh + (p−1)·max h get the recurrence
 REFINE_MAX = 16  # ... at most this many (the closest)
+STOP_ABOVE = 1.25  # the m search stops once the estimate exceeds the best so far by this factor
 
 
 def alone_load(grid: WorkGrid) -> np.ndarray:
@@ -151,8 +152,10 @@ class TargetSearch:
     """τ(m) for any light microbatch count m, with the heavy set resolved (module docstring). Heavy packings
     are cached by heavy set: the set changes only a few times over the range of m."""
 
-    def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray) -> None:
+    def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray,
+                 budget: float) -> None:
         self.grid, self.tm, self.W, self.pp = grid, tm, pool, pp
+        self.token_cap = TOKEN_SLACK * pool * budget  # tokens one microbatch should hold at most
         self.lengths = lengths
         self.count = np.bincount(grid.cell, minlength=len(grid.lengths)).astype(np.float64)
         self.R = np.bincount(grid.cell, weights=grid.scale, minlength=len(grid.lengths))
@@ -214,15 +217,19 @@ class TargetSearch:
             tau = solve_tau(tm, self.W, m_light, excluded=excluded)
         if not heavy.any():
             heights, heavy_tok, free = np.zeros(0), 0.0, 0
-        need = int(np.ceil((self._structure(tau, heavy) - free) / self.W - 1e-9))
+        light_tokens = float(self.lengths.sum()) - heavy_tok
+        need = max(int(np.ceil((self._structure(tau, heavy) - free) / self.W - 1e-9)),
+                   int(np.ceil(light_tokens / self.token_cap - 1e-9)))
         m_eff, level = m_light, tau
-        if need > m_light:  # the groups need more microbatches: same degrees, lower level
-            m_eff = need
-            level = solve_tau(tm, self.W, m_eff, excluded=self._heavy(heavy)[2] if heavy.any() else 0.0)
-            level = min(level, tau)
+        excluded = self._heavy(heavy)[2] if heavy.any() else 0.0
+        light_work = float(tm.F[np.searchsorted(tm.thresholds, tau, side="right")]) - excluded
+        if heavy.any() and need <= 0 and light_work <= self.W * tm.slot_overhead:
+            m_eff, level = 0, 0.0  # the heavy microbatches' spare ranks hold the rest: no light microbatch
+        elif need > m_light:  # groups or tokens need more microbatches: counted at the height τ, since
+            m_eff = need       # groups of loads up to τ set the heights even where the average is lower
         hmax = float(heights.max()) if len(heights) else 0.0
         est = m_eff * level + float(heights.sum()) + (self.pp - 1) * max(level, hmax)
-        ch = TargetChoice(tau, level, m_eff, len(heights), heights, float(self.lengths.sum()) - heavy_tok, est)
+        ch = TargetChoice(tau, level, m_eff, len(heights), heights, light_tokens, est)
         self._solved[m_light] = ch
         return ch
 
@@ -233,25 +240,22 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
     heavy sequences and the groups allow).
 
     Candidates: light counts m_L = 1 .. ``span`` × the memory minimum ⌈Σ L / (η·W·M)⌉ + 2p (at most 512), each
-    raised to what memory and the group structure need; the search stops once the estimate exceeds 1.5× the
-    best (τ only falls with m, so degrees, communication and heavy sets only grow)."""
-    ts = TargetSearch(grid, tm, pool, pp, lengths)
+    raised to what memory and the group structure need; the search stops once the estimate exceeds the
+    best by ``STOP_ABOVE`` (τ only falls with m, so degrees, communication and heavy sets only grow)."""
+    ts = TargetSearch(grid, tm, pool, pp, lengths, budget)
     if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
         for m_l in range(num_microbatches, 0, -1):
             ch = ts.at(m_l)
             if m_l + ch.m_heavy <= num_microbatches:
                 return ch
         return ts.at(1)
-    cap = TOKEN_SLACK * pool * budget
-    m_all = max(1, int(np.ceil(lengths.sum() / cap)))
+    m_all = max(1, int(np.ceil(lengths.sum() / ts.token_cap)))
     feasible: list[TargetChoice] = []
     hi = min(512, span * m_all + 2 * pp)
     for m_l in range(1, hi + 1):
         ch = ts.at(m_l)
-        if ch.m_light < ch.light_tokens / cap:  # the light sequences do not fit its memory
-            continue
         feasible.append(ch)
-        if ch.estimate_s > 1.5 * min(c.estimate_s for c in feasible):
+        if ch.estimate_s > STOP_ABOVE * min(c.estimate_s for c in feasible):
             break
     if not feasible:
         return ts.at(hi)
