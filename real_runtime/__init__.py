@@ -2,31 +2,23 @@
 
 The simulator predicts how a Plan (CP groups of different sizes and engines, per microbatch) performs; this
 package executes the same Plan and measures it, so that predictions can be checked and the cost model
-calibrated. torch is an optional dependency: ``import real_runtime`` itself needs nothing, the subpackages
-need torch, and nothing here imports ``sim`` or ``experiments`` (nor simpy).
+calibrated. torch is an optional dependency: ``import real_runtime`` itself needs nothing (nor does
+:mod:`.options`), the other modules need torch, and nothing here imports ``sim`` or ``experiments`` (nor
+simpy). docs/real_runtime.md is the user's guide.
 
-What it holds now
------------------
-:mod:`real_runtime.attention`: the context-parallel attention engines, forward and backward, over packed
-documents (causal, document-masked, GQA):
-
-* **ring** over a process group with dual-chunk load balancing per document (TransformerEngine's THD layout):
-  every document is cut into ``2c`` chunks and rank ``i`` holds chunks ``i`` and ``2c-1-i``;
-* **Ulysses**: all-to-all from sequence-sharded to head-sharded, local attention, all-to-all back;
-* **hierarchical** (``hybrid(u, r)`` in a Plan): Ulysses inside groups of ``u`` ranks, a ring over ``r``
-  such groups;
-* the shared input layout and its shard / unshard / gather helpers, the local varlen kernel with log-sum-exp
-  and its merge rule, optional flash-attn kernels on GPUs, and a dense reference for tests.
-
-What it will hold
------------------
-* a **process-group pool**: every CP group (ranks, engine) a policy may use, created once at start-up, since
-  creating NCCL communicators per microbatch is far too slow;
-* a **runner** that executes a Plan on a small Llama-style model under torchrun: per microbatch, each CP group
-  shards its sequences, runs forward and backward through the pipeline stages, then the pool synchronises
-  gradients, while recording a Timeline with the simulator's schema;
-* **profilers** for attention kernels, GEMMs and collectives that write the calibration tables
-  ``cost_models`` fits;
-* **``dcpsim validate``** (in ``experiments``): compare measured and simulated timelines per microbatch and per
-  iteration, and check that the policies' ranking is preserved.
+Modules
+-------
+* :mod:`.attention`: the CP attention engines (ring with dual-chunk balancing, Ulysses, hierarchical
+  Ulysses-in-ring) over packed documents, forward and backward;
+* :mod:`.group_pool`: every process group a run needs, created once at start-up, looked up per microbatch;
+* :mod:`.model`, :mod:`.data`, :mod:`.optim`: a small Llama-style decoder sized from a ``cost_models``
+  preset, deterministic synthetic documents and their dual-chunk shards, SGD / AdamW;
+* :mod:`.runner`: trains the model on Plans (PP = 1), recording a Timeline in the simulator's schema, and
+  the single-process reference its losses must match; :mod:`.timing` measures phases and exposed CP
+  communication;
+* :mod:`.workload`, :mod:`.session`, :mod:`.launch`, :mod:`.run`: batches + plans per iteration, the worker
+  side of a run, starting processes (spawn / torchrun), and ``python -m real_runtime.run``;
+* :mod:`.profiler`, :mod:`.profile`: kernel and collective timings as profile tables
+  (``python -m real_runtime.profile``), for ``dcpsim calibrate``;
+* :mod:`.compare`: prediction errors between a simulated and a measured timeline (``dcpsim validate``).
 """

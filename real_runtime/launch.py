@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-BACKENDS = ("gloo", "nccl")
+from real_runtime.options import BACKENDS
 
 
 class LaunchError(RuntimeError):

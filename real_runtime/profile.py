@@ -21,7 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from real_runtime.launch import BACKENDS, LaunchError, check_backend, in_torchrun, init_from_env, spawn
+from real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
+from real_runtime.options import BACKENDS
 from real_runtime.profiler import ProfileSettings
 
 DTYPE_NAMES = ("float32", "bfloat16")

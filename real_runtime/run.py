@@ -30,8 +30,9 @@ from typing import Any
 
 import pandas as pd
 
-from real_runtime.launch import BACKENDS, LaunchError, check_backend, in_torchrun, init_from_env, spawn
-from real_runtime.runner import DTYPES, OPTIMIZERS, TrainConfig, reference_losses, relative_errors
+from real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
+from real_runtime.options import add_run_arguments
+from real_runtime.runner import TrainConfig, reference_losses, relative_errors
 from real_runtime.session import session_dict, session_worker
 from real_runtime.workload import Workload, plan_workload, synthetic_batches
 
@@ -98,30 +99,7 @@ def parse_policy(text: str) -> tuple[str, dict[str, Any]]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m real_runtime.run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", default="mcore-dcp", metavar="NAME[:k=v]", help="registered policy (default mcore-dcp)")
-    p.add_argument("--model", default="tiny", help="model preset (default tiny)")
-    p.add_argument("--gpu", default="h200", help="GPU preset of the planning cost model (default h200)")
-    p.add_argument("--calibration", metavar="JSON", help="calibration for the planning cost model")
-    p.add_argument("--nproc", type=int, default=4, help="processes = pool ranks when not under torchrun (default 4)")
-    p.add_argument("--backend", choices=BACKENDS, default="gloo")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
-    p.add_argument("--iterations", type=int, default=2)
-    p.add_argument("--tokens", type=int, default=4096, help="tokens per global batch (default 4096)")
-    p.add_argument("--context-len", type=int, default=1024, help="longest document (default 1024)")
-    p.add_argument("--max-tokens-per-rank", type=int,
-                   help="per-rank token budget of a microbatch (default: context-len / pool)")
-    p.add_argument("--median-len", type=float, default=200.0, help="median document length (default 200)")
-    p.add_argument("--sigma", type=float, default=1.0, help="lognormal sigma of document lengths (default 1.0)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the batches, the data and the weights")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--attention-backend", default="auto", help="auto, math or flash (default auto)")
-    p.add_argument("--warmup", type=int, default=0, help="untimed forward/backward passes before iteration 0")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per process when spawning (default 1)")
-    p.add_argument("--check", action="store_true", help="compare the losses with a single-process run")
-    p.add_argument("--out", default="real_run", help="output directory (default real_run)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before a hung run is stopped")
+    add_run_arguments(p)
     return p
 
 
@@ -160,7 +138,11 @@ def report(res: RunOutput, workload: Workload, check: list[float] | None) -> Non
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_from_args(build_parser().parse_args(argv))
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Plan, run (spawned or under torchrun) and report; 2 on a user error."""
     try:
         if in_torchrun():
             return _torchrun_main(args)
@@ -171,7 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LaunchError, ValueError) as e:
         print(f"real_runtime.run: error: {e}", file=sys.stderr)
         return 2
-    check = reference_losses(workload, cfg, args.device) if args.check else None
+    check = None
+    if args.check:
+        import torch
+
+        torch.set_num_threads(max(1, args.threads))
+        check = reference_losses(workload, cfg, args.device)
     report(res, workload, check)
     return 0
 

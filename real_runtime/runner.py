@@ -42,10 +42,10 @@ from real_runtime.data import ShardInputs, num_targets, shard_inputs
 from real_runtime.group_pool import GroupPool
 from real_runtime.model import Decoder, build_model, token_loss_sum
 from real_runtime.optim import make_optimizer
+from real_runtime.options import OPTIMIZERS
 from real_runtime.timing import Clock, CommTimer
 from real_runtime.workload import Step, Workload
 
-OPTIMIZERS = ("sgd", "adamw")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
