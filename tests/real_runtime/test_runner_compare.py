@@ -2,8 +2,11 @@
 
 import math
 
-import pandas as pd
 import pytest
+
+torch = pytest.importorskip("torch")  # the rule of tests/real_runtime (compare itself needs no torch)
+
+import pandas as pd
 
 from real_runtime.compare import (
     ape,
