@@ -12,8 +12,14 @@ One iteration's plan, in five steps:
    (exactly re-priced), so long sequences get more ranks than memory asks for.
 4. **Placement.** Lazy heaps of bins: long sequences shape the groups, the rest fill them largest-first into
    whichever bin keeps the most room (:mod:`policies.hydra_placement`).
-5. **Engines and order.** Each group keeps the Ulysses × ring split (u, r) that minimises its priced load
-   (Ulysses inside a node, ring across); microbatches run heavy ones first.
+5. **Engines, order, columns.** Each group keeps the Ulysses × ring split (u, r) that minimises its priced
+   load (Ulysses inside a node, ring across); the heavy microbatches run as one block where the 1F1B
+   recurrence puts them best; aligned halves are mirrored so every rank's total load evens out
+   (:mod:`policies.hydra_order`).
+
+``rank_loads(plan, batch, cost_model)`` prices any plan with the same work model ([microbatch, rank] seconds);
+``plan.meta`` records the target ``target_s``, ``tolerance``, ``num_microbatches`` (and the chosen count),
+the per-microbatch capacities ``microbatch_caps_s``, the budget ``max_tokens_per_rank`` and the 1F1B estimate.
 """
 
 from __future__ import annotations

@@ -1,28 +1,30 @@
 """HyDra's placement: sequences with known degrees and shares → CP groups in microbatches, with lazy heaps.
 
-Every CP group is a *bin* with a load (s; its overhead plus the work of its sequences at its size), a token
-count per rank (≤ the memory budget M) and a capacity: (1 + tolerance) · τ, or (1 + tolerance) · h in a
-microbatch of a heavy sequence of height h > τ. Bins of the same size form a *class* whose bins sit in a
+Every CP group is a *bin* with a load (s; its overhead plus the work of its sequences at its size and engine),
+a token count per rank (≤ the memory budget M) and a capacity: (1 + tolerance) · τ, or (1 + tolerance) · h in a
+microbatch of a heavy sequence of height h > τ. Bins of one (size, engine) form a *class* whose bins sit in a
 min-heap keyed by load − capacity (most room first). A bin whose load changes gets a fresh heap entry and a new
 version number; the old entry stays in the heap and is discarded when it surfaces (a *lazy* heap), so every
-update is one O(log B) push and no heap is ever searched or re-built.
+update is one O(log B) push and no heap is ever searched or re-built. Microbatches sit in one more lazy heap,
+keyed by free ranks.
 
-Phase A — the structure (sequences of degree > the smallest degree, and heavy ones), largest degree first,
-then largest share:
-  * a heavy sequence opens a group of its own in the first microbatch reserved for heavy sequences that has
-    room (first fit), raising that microbatch's capacity to its share;
-  * any other sequence joins the roomiest group of its size if the load stays within τ (no tolerance used
-    yet), else carves a new group from the microbatch with the most free ranks, else joins a group within the
-    tolerance, else opens a new microbatch. Microbatches are carved left to right in non-increasing sizes, so
-    power-of-two groups land on aligned blocks (and groups of ≤ G/t ranks stay inside a node).
+Heavy sequences first: each opens a group in microbatches of their own (first fit by free ranks, largest
+degree first); a microbatch's capacity is (1 + tolerance) times its tallest heavy load.
+Phase A — the structure (sequences above the smallest degree), largest degree first, then largest share:
+join the roomiest group of the class if the load stays within τ (or h; no tolerance used yet), else carve a
+new group from the microbatch with the most free ranks, else join a group within the tolerance, else open a
+microbatch. Microbatches are carved left to right in non-increasing sizes, so power-of-two groups land on
+aligned blocks (and groups of ≤ G/t ranks stay inside a node).
 Phase B — the fill (sequences of the smallest degree, largest share first, i.e. LPT): the remaining free
-ranks of every microbatch become groups of the smallest degree; each sequence goes to the bin, over all
-classes, whose room after placing it is largest (its work re-priced at that bin's size: a short document
-may ride in the spare capacity of a long sequence's group), as long as load and tokens fit. A bin that fails
-only the token check is set aside for this sequence (at most ``PROBES`` per class) and pushed back after.
+ranks become groups of the smallest degree, lazily — one *free-block* heap entry per microbatch stands for
+all of its free blocks, so idle ranks cost nothing. Each sequence goes to the bin with the most room *now*,
+over all classes (its work re-priced at that class's size and engine: a short document may ride in the
+spare capacity of a long sequence's group), provided load and tokens fit; classes are visited in order of
+their top room, so the first fit is the answer. A bin that fails only the token check is set aside for this
+sequence (at most ``PROBES`` per class) and pushed back after; a sequence that fits nowhere opens a microbatch.
 
-Cost: O((n + B) log B) heap work for n sequences and B bins (B ≤ m·W), times the number of classes
-(≤ log2 W + 2 for power-of-two degrees); no step scans the pool.
+Cost: O((n + m) log n) heap operations for n sequences and m microbatches (bins exist only where sequences
+are), times the classes visited (usually one; at most log2 W + 2 sizes × engines); no step scans the pool.
 """
 
 from __future__ import annotations
@@ -124,35 +126,61 @@ class _Packer:
             heapq.heappush(self.free, e)
         return found
 
-    def top_room(self, cls: tuple[int, int]) -> float:
-        """Capacity − load of the roomiest bin of class ``cls`` (stale entries dropped); −inf if none."""
-        heap = self.classes.get(cls)
+    # A class heap also holds *free-block* entries (gid = −(k + 1)): "a new group of this class could be
+    # carved from microbatch k", load = the class overhead, no tokens, valid while k's cursor is unchanged.
+    # They stand for all of k's free blocks at once, so free ranks cost nothing until a sequence uses one.
+    def offer_free(self, k: int, cls: tuple[int, int]) -> None:
+        if self.fits_block(k, cls[0]):
+            heapq.heappush(self.classes.setdefault(cls, []),
+                           (self.overhead[cls] - self.caps[k], -(k + 1), self.cursor[k]))
+
+    def _peek(self, cls: tuple[int, int], heap: list) -> tuple[float, float, float, int] | None:
+        """(load, capacity, tokens, gid) of the valid top entry of ``heap`` (stale entries dropped)."""
         while heap:
-            key, gid, ver = heap[0]
-            if ver == self.bins[gid].version:
-                return -key
+            _key, gid, ver = heap[0]
+            if gid < 0:
+                k = -gid - 1
+                if ver == self.cursor[k] and self.fits_block(k, cls[0]):
+                    return self.overhead[cls], self.caps[k], 0.0, gid
+            elif ver == self.bins[gid].version:
+                b = self.bins[gid]
+                return b.load, b.cap, b.tokens, gid
             heapq.heappop(heap)
-        return -np.inf
+        return None
+
+    def realize(self, gid: int, cls: tuple[int, int]) -> int:
+        """The bin behind a heap entry: a free-block entry carves its group now (and offers the next)."""
+        if gid >= 0:
+            return gid
+        k = -gid - 1
+        self.carve(k, *cls)
+        self.offer_free(k, cls)
+        return len(self.bins) - 1
+
+    def top_room(self, cls: tuple[int, int]) -> float:
+        """Capacity − load of the roomiest bin (or free block) of class ``cls``; −inf if none."""
+        top = self._peek(cls, self.classes.get(cls, []))
+        return -np.inf if top is None else top[1] - top[0]
 
     def best_in_class(self, cls: tuple[int, int], work: float, tokens: float,
                       strict: bool) -> tuple[float, int] | None:
-        """(room after placing, bin) of the roomiest bin of class ``cls`` = (size, u) that takes ``work`` and
-        ``tokens`` within its capacity (within capacity / (1 + tol), i.e. τ or h, when ``strict``)."""
+        """(room after placing, bin or free-block id) of the roomiest entry of class ``cls`` = (size, u) that
+        takes ``work`` and ``tokens`` within its capacity (capacity / (1 + tol), i.e. τ or h, if ``strict``)."""
         heap = self.classes.get(cls)
         if not heap:
             return None
         aside, found = [], None
-        while heap and len(aside) < PROBES:
-            _key, gid, ver = heap[0]
-            b = self.bins[gid]
-            if ver != b.version:
-                heapq.heappop(heap)
-                continue
-            cap = b.cap / (1.0 + self.tol) if strict else b.cap
-            if b.load + work > cap:
-                break  # the roomiest bin of the class cannot take it: none can
-            if b.tokens + tokens <= self.M * (1 + 1e-12):
-                found = (b.load + work - cap, gid)
+        while len(aside) < PROBES:
+            top = self._peek(cls, heap)
+            if top is None:
+                break
+            load, cap, tok, gid = top
+            if strict:
+                cap /= 1.0 + self.tol
+            if load + work > cap:
+                break  # the roomiest entry of the class cannot take it: none can
+            if tok + tokens <= self.M * (1 + 1e-12):
+                found = (load + work - cap, gid)
                 break
             aside.append(heapq.heappop(heap))
         for e in aside:
@@ -202,17 +230,13 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
                 pk.carve(k, c, u)
                 hit = (0.0, len(pk.bins) - 1)
         pk.add(hit[1], i, w, t)
-    # Phase B: free ranks become fill-class groups; LPT over every class.
+    # Phase B: free ranks become fill-class groups (as free-block entries); LPT over every class.
     for k in range(len(pk.caps)):
-        while pk.fits_block(k, fill[0]):
-            pk.carve(k, *fill)
+        pk.offer_free(k, fill)
     small = np.flatnonzero(is_fill)
     small = small[np.lexsort((order_key[small], -shares[small]))]
-    classes = sorted(pk.classes)
+    classes = sorted(set(pk.classes) | {fill})
     work_at = {cls: (shares[small] if cls == fill else fill_work(small, *cls)) for cls in classes}
-    if fill not in work_at:
-        work_at[fill] = shares[small]
-        classes.append(fill)
     room = {cls: pk.top_room(cls) for cls in classes}
     for j, i in enumerate(small.tolist()):
         L = float(lengths[i])
@@ -226,14 +250,12 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
                     continue
                 hit = pk.best_in_class(cls, w, L / cls[0], strict=False)
                 if hit is not None:
-                    pk.add(hit[1], i, w, L / cls[0])
+                    pk.add(pk.realize(hit[1], cls), i, w, L / cls[0])
                     room[cls] = pk.top_room(cls)
                     placed = True
                     break
             if placed:
                 break
-            k = pk.new_mb(overhead[fill] + float(shares[i]))
-            while pk.fits_block(k, fill[0]):
-                pk.carve(k, *fill)
+            pk.offer_free(pk.new_mb(overhead[fill] + float(shares[i])), fill)
             room[fill] = pk.top_room(fill)
     return Layout(pk.bins, pk.caps, pk.cursor, heavy_mbs)
