@@ -134,14 +134,16 @@ def synthetic_batches(iterations: int, tokens: int, context_len: int, *, median_
 def plan_workload(policy: str, batches: Iterable[BatchLike], cost_model: CostModel,
                   options: Mapping[str, Any] | None = None, label: str | None = None) -> Workload:
     """Plan every batch with registered policy ``policy`` (``options`` passed on) and validate each plan
-    against the job's memory budget and head counts."""
+    against the job's memory budget (unless the plan says it does not check memory) and head counts."""
     pol = create_policy(policy, **dict(options or {}))
     job = cost_model.job
     steps = []
+    budget = cost_model.max_tokens_per_rank()
     for b in batches:
         plan = pol.plan(b, job, cost_model)
-        validate_plan(plan, b, max_tokens_per_rank=plan.meta.get("max_tokens_per_rank",
-                                                                 cost_model.max_tokens_per_rank()),
-                      kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank)
+        # A policy that does not honour the budget (upstream's legacy scheduler) says so in the plan's meta.
+        limit = plan.meta.get("max_tokens_per_rank", budget) if plan.meta.get("memory_checked", True) else None
+        validate_plan(plan, b, max_tokens_per_rank=limit, kv_heads_per_rank=job.kv_heads_per_rank,
+                      heads_per_rank=job.heads_per_rank)
         steps.append(Step.of(b, plan))
     return Workload(label or policy, tuple(steps))
