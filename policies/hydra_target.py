@@ -10,30 +10,36 @@ its per-rank work w_i(c_i) on each of its c_i ranks, and every occupied slot pay
     W · m · τ  =  Σ_i c_i · w_i(c_i)  +  W · m · ō          ⇒          τ = F(τ) / (W · m) + ō,
 
 where F(τ) = Σ_i c_i · w_i(c_i(τ)) is the batch's total rank-work *including communication*, and the degree
-rule makes it depend on τ: c_i(τ) is the smallest allowed degree ≥ the memory minimum whose share
-fits the target alone, w_i(c) + overhead(c) ≤ τ. A smaller τ asks for larger degrees, hence more communication and a larger F. F is a step
-function of τ: it changes only where some sequence's degree changes. Between two such breakpoints F is a
-constant F_e and the fixed point is τ_e = F_e / (W·m) + ō exactly; the target is the smallest τ with
+rule makes it depend on τ: c_i(τ) is the smallest allowed degree ≥ the memory minimum whose load alone,
+w_i(c) + overhead(c), fits τ. A smaller τ asks for larger degrees, hence more communication and a larger F.
+F is a step function of τ: it changes only where some sequence's degree changes. Between two breakpoints F is
+a constant F_e and the fixed point is τ_e = F_e / (W·m) + ō exactly; the target is the smallest τ with
 τ ≥ F(τ)/(W·m) + ō, found by one pass over the sorted breakpoints (at a jump, the breakpoint itself).
 
 Heavy sequences
 ---------------
-A sequence whose smallest share (over every allowed degree) still exceeds τ cannot be balanced: its
-microbatch lasts at least that share h. HyDra gives such sequences microbatches of their own (co-located by
-first-fit, largest degree first), whose other ranks may be filled up to h, and balances the rest:
+A sequence whose smallest load alone (over every allowed degree) still exceeds τ cannot be balanced: its
+microbatch lasts at least that load h. HyDra gives such sequences microbatches of their own (co-located by
+first fit, largest degree first), whose other ranks may be filled up to h, and balances the rest:
 
     τ = (F_light(τ) − C_H) / (W · m_L) + ō,     C_H = Σ_heavy microbatches (W·h_k − heavy rank-work in k),
 
-iterated until the heavy set is stable (two or three rounds).
+iterated until the heavy set is stable (at most four rounds).
+
+Structure and memory
+--------------------
+Groups take whole ranks (a sequence above τ/2 needs a group to itself) and a microbatch holds at most η·W·M
+tokens. When either needs more light microbatches than m_L, the candidate keeps its degrees and is counted with
+the microbatches it needs, at height τ.
 
 Choosing m
 ----------
 Non-interleaved 1F1B over microbatches of heights h_k takes about Σ_k h_k + (p − 1)·max_k h_k per stage
-(uniform heights: (m + p − 1)·τ, the bubble (p−1)/(m+p−1)). HyDra evaluates this estimate for every m from
-the memory minimum ⌈Σ L / (η · W · M)⌉ (η < 1 leaves the packer token slack) to a few times that, each with its
-own fixed-point τ(m), and keeps the smallest. Larger m shrinks the bubble; it also shrinks τ, which raises
-degrees (more communication) and adds slot overheads, both of which F and ō carry. With a heavy sequence the
-(p − 1)·h_max term no longer falls with m, so small m wins.
+(uniform heights: (m + p − 1)·τ, the bubble (p−1)/(m+p−1)). HyDra evaluates this estimate for light counts
+from 1 to several times the memory minimum ⌈Σ L / (η · W · M)⌉, each with its own fixed-point τ, and keeps the
+smallest; candidates with heavy microbatches that come close are re-scored with the 1F1B recurrence at their
+best heavy position (:mod:`policies.hydra_order`). Larger m shrinks the bubble; it also shrinks τ, which raises
+degrees (more communication) and adds slot overheads, both of which F and ō carry.
 """
 
 from __future__ import annotations
