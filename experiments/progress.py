@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Optional, TextIO
+from typing import TextIO
 
 
 class Progress:
-    def __init__(self, label: str, total: int, stream: Optional[TextIO] = None, enabled: bool = True) -> None:
+    def __init__(self, label: str, total: int, stream: TextIO | None = None, enabled: bool = True) -> None:
         self.label, self.total = label, total
         self.stream = stream or sys.stderr
         self.enabled = enabled and total > 1

@@ -18,7 +18,7 @@ class Batch:
     lengths: np.ndarray
 
     @staticmethod
-    def of(lengths) -> "Batch":
+    def of(lengths) -> Batch:
         L = np.asarray(lengths, dtype=np.int64)
         return Batch(np.arange(len(L), dtype=np.int64), L)
 
@@ -29,8 +29,8 @@ def make_batch():
 
 
 def small_job(**kw) -> JobSpec:
-    base = dict(model=get_model("llama3-8b"), gpu=get_gpu("h100"), tp=1, pp=1, pool=8, context_len=32768,
-                global_batch_tokens=1 << 18)
+    base = {"model": get_model("llama3-8b"), "gpu": get_gpu("h100"), "tp": 1, "pp": 1, "pool": 8,
+            "context_len": 32768, "global_batch_tokens": 1 << 18}
     base.update(kw)
     return JobSpec(**base)
 

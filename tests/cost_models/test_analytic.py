@@ -36,7 +36,7 @@ def test_doubling_length_quadruples_attention_and_doubles_linear():
     m = job.model
     for c in (1, 4):
         a1, a2 = (cm.group_costs(one_group(L, c)) for L in (16384, 32768))
-        lin = lambda L: L / c * linear_fwd_flops_per_token(m) * job.layers_per_stage / (flat.gemm.peak_tflops * 1e12)  # noqa: E731
+        lin = lambda L, c=c: L / c * linear_fwd_flops_per_token(m) * job.layers_per_stage / (flat.gemm.peak_tflops * 1e12)
         att1 = a1.fwd_compute_s[0] - lin(16384)
         att2 = a2.fwd_compute_s[0] - lin(32768)
         assert att2 / att1 == pytest.approx(4.0, rel=1e-9)
@@ -77,7 +77,7 @@ def test_ulysses_inside_node_is_cheaper_than_across():
     job = small_job(pool=16)
     cm = AnalyticCostModel(job)
     lens = np.full(32, 1024)
-    gb = lambda first: GroupBatch(lens, np.zeros(32, dtype=np.int64), np.array([8]), np.array([8]), np.array([first]))  # noqa: E731
+    gb = lambda first: GroupBatch(lens, np.zeros(32, dtype=np.int64), np.array([8]), np.array([8]), np.array([first]))
     inside = cm.group_costs(gb(0)).fwd_comm_s[0]
     across = cm.group_costs(gb(4)).fwd_comm_s[0]
     assert 0 < inside < across

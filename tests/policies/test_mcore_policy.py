@@ -217,7 +217,7 @@ def test_other_engines_keep_upstream_groups(engine: str) -> None:
     batch = Batch.of([60000, 30000, 9000, 4000, 2000, 1500, 800, 700] * 3)
     ring = create_policy("mcore-dcp").plan(batch, job, cm)
     other = create_policy("mcore-dcp", cp_engine=engine).plan(batch, job, cm)
-    strip = lambda p: [[(g.ranks, g.seq_ids) for g in mb.groups] for mb in p.microbatches]  # noqa: E731
+    strip = lambda p: [[(g.ranks, g.seq_ids) for g in mb.groups] for mb in p.microbatches]
     assert strip(ring) == strip(other)
     engines = {str(g.engine) for mb in other.microbatches for g in mb.groups if g.size > 1}
     assert engines and not engines <= {"ring"}
