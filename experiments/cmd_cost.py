@@ -25,6 +25,7 @@ from cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, Mod
 from cost_models import flops as fl
 from cost_models.calibration import SaturatingCurve, default_calibration
 from experiments.errors import ScenarioError
+from experiments.options import positive_int
 from experiments.report import format_table
 from policies.engines import ulysses_degrees
 
@@ -35,33 +36,23 @@ FREE = SaturatingCurve(math.inf, 0.0)  # a kernel that takes no time
 DEFAULT_VOCAB = 128256  # only the LM head uses it; a one-layer cost never does
 
 
-def _pos(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be ≥ 1")
-    return v
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seq-len", type=_pos, required=True, help="sequence length in tokens")
+    p.add_argument("--seq-len", type=positive_int, required=True, help="sequence length in tokens")
     m = p.add_argument_group("model (a preset, or explicit sizes; explicit sizes override the preset)")
     m.add_argument("--model", help="model preset: llama3-8b, llama3-70b, tiny")
-    m.add_argument("--heads", type=_pos, help="query heads a")
-    m.add_argument("--kv-heads", type=_pos, help="key/value heads g (default: the preset's, else = heads)")
-    m.add_argument("--head-dim", type=_pos, help="head dimension d (default: the preset's, else 128)")
-    m.add_argument("--hidden", type=_pos, help="hidden size h (default: the preset's, else heads x head-dim)")
-    m.add_argument("--ffn", type=_pos,
+    m.add_argument("--heads", type=positive_int, help="query heads a")
+    m.add_argument("--kv-heads", type=positive_int, help="key/value heads g (default: the preset's, else = heads)")
+    m.add_argument("--head-dim", type=positive_int, help="head dimension d (default: the preset's, else 128)")
+    m.add_argument("--hidden", type=positive_int, help="hidden size h (default: the preset's, else heads x head-dim)")
+    m.add_argument("--ffn", type=positive_int,
                    help="SwiGLU intermediate size (default: the preset's, else 3.5 x hidden)")
     j = p.add_argument_group("parallelism and hardware")
     j.add_argument("--gpu", default="h100", help="GPU preset: h100, h200 (default h100)")
-    j.add_argument("--tp", type=_pos, default=1, help="tensor-parallel degree (default 1)")
-    j.add_argument("--cp", type=_pos, default=1, help="CP degree c of the sequence's group (default 1)")
+    j.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
+    j.add_argument("--cp", type=positive_int, default=1, help="CP degree c of the sequence's group (default 1)")
     j.add_argument("--cp-engine", choices=("ring", "ulysses", "hybrid"), default="ring",
                    help="CP engine (default ring)")
-    j.add_argument("--ulysses", type=_pos, help="inner Ulysses degree u of a hybrid engine (u divides c)")
+    j.add_argument("--ulysses", type=positive_int, help="inner Ulysses degree u of a hybrid engine (u divides c)")
     j.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: the GPU's shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from experiments.options import positive_int
 from experiments.progress import Progress
 
 NAME = "sweep"
@@ -27,21 +28,11 @@ HELP = "run a what-if grid of scenario fields x seeds x policies (parallel, resu
 ORDER = 35
 
 
-def _workers(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be ≥ 1")
-    return v
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("grid", metavar="GRID.toml", help="the sweep file")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="results directory (default: sweep-<name of the grid file>)")
-    p.add_argument("--workers", type=_workers, default=os.cpu_count() or 1,
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help=f"worker processes (default: the CPU count, {os.cpu_count() or 1}); 1 runs in-process")
     p.add_argument("--retry-errors", action="store_true", help="rerun the points whose stored result is an error")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -8,7 +8,8 @@ from typing import Any
 from experiments.scenario import DEFAULT_SCENARIO, Scenario
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1."""
     try:
         v = int(text)
     except ValueError:
@@ -25,22 +26,22 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="a named scenario (see 'dcpsim scenarios') or a scenario TOML file; flags below override it")
     g.add_argument("--model", help=f"model preset: llama3-8b, llama3-70b, tiny (default {d.model})")
     g.add_argument("--gpu", help=f"GPU preset: h100, h200 (default {d.gpu})")
-    g.add_argument("--tp", type=_positive_int, help=f"tensor-parallel degree; one simulator rank = TP GPUs (default {d.tp})")
-    g.add_argument("--pp", type=_positive_int, help=f"pipeline stages (default {d.pp})")
-    g.add_argument("--pool", type=_positive_int, help=f"ranks per stage, W = DP x CP (default {d.pool})")
-    g.add_argument("--context-len", type=_positive_int, help=f"context length in tokens; longer documents are cut (default {d.context_len})")
-    g.add_argument("--global-batch-tokens", type=_positive_int, help=f"tokens per global batch (default {d.global_batch_tokens})")
+    g.add_argument("--tp", type=positive_int, help=f"tensor-parallel degree; one simulator rank = TP GPUs (default {d.tp})")
+    g.add_argument("--pp", type=positive_int, help=f"pipeline stages (default {d.pp})")
+    g.add_argument("--pool", type=positive_int, help=f"ranks per stage, W = DP x CP (default {d.pool})")
+    g.add_argument("--context-len", type=positive_int, help=f"context length in tokens; longer documents are cut (default {d.context_len})")
+    g.add_argument("--global-batch-tokens", type=positive_int, help=f"tokens per global batch (default {d.global_batch_tokens})")
     g.add_argument("--trace", metavar="PRESET|FILE",
                    help=f"trace preset name or a length trace file: .csv, .parquet, .jsonl, .json with a 'length' "
                         f"column and optional 'step' (default preset {d.trace})")
-    g.add_argument("--iterations", type=_positive_int, help=f"global batches (iterations) to simulate (default {d.iterations})")
+    g.add_argument("--iterations", type=positive_int, help=f"global batches (iterations) to simulate (default {d.iterations})")
     g.add_argument("--seed", type=int, help=f"seed of the trace sampling (default {d.seed})")
     g.add_argument("--calibration", metavar="FILE", help="calibration JSON from 'dcpsim calibrate' (default: the GPU's shipped one)")
-    g.add_argument("--max-seqlen-per-rank", type=_positive_int, metavar="TOKENS",
+    g.add_argument("--max-seqlen-per-rank", type=positive_int, metavar="TOKENS",
                    help="per-rank token budget of a microbatch (default: derived from GPU memory)")
     g.add_argument("--cp-engine", choices=("ring", "ulysses", "hybrid", "auto"),
                    help="CP engine for the policies that take one (default: each policy's own)")
-    g.add_argument("--cp-degree", type=_positive_int, help="fixed CP degree of static-cp (default: smallest that fits)")
+    g.add_argument("--cp-degree", type=positive_int, help="fixed CP degree of static-cp (default: smallest that fits)")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     o.add_argument("--timings", action="store_true",

@@ -48,6 +48,16 @@ def scenario_from_mapping(d: dict[str, Any], origin: str) -> Scenario:
     return dataclasses.replace(DEFAULT_SCENARIO, **changes)
 
 
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """The TOML table in ``path``; unreadable or invalid files are a ScenarioError naming the file."""
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ScenarioError(f"cannot read {what} file {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{path}: not valid TOML ({e})") from None
+
+
 def load_scenario(name_or_path: str) -> Scenario:
     """A named scenario, or a TOML file."""
     if name_or_path == "default":
@@ -58,11 +68,6 @@ def load_scenario(name_or_path: str) -> Scenario:
         if not path.exists():
             raise ScenarioError(f"unknown scenario {name_or_path!r}; valid: {', '.join(scenario_names())} "
                                 "(or a path to a .toml file)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise ScenarioError(f"cannot read scenario file {path}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{path}: not valid TOML ({e})") from None
+    data = read_toml(path, "scenario")
     data.setdefault("name", path.stem)
     return scenario_from_mapping(data, str(path))

@@ -28,7 +28,6 @@ import hashlib
 import itertools
 import json
 import os
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -41,11 +40,6 @@ import pandas as pd
 
 from experiments.errors import ScenarioError
 from experiments.scenario import Scenario
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 SCHEMA = 1  # bump when a stored record's meaning changes: old files then no longer match any key
 TOP_KEYS = {"base", "policies", "seeds", "grid", "set", "description"}
@@ -112,15 +106,10 @@ def task_key(scenario: dict[str, Any], policy: str) -> str:
 def load_sweep(path: str | Path) -> Sweep:
     """Parse and check a sweep file; every problem is a :class:`ScenarioError` naming the file and key."""
     from experiments.runner import parse_policy_specs
-    from experiments.scenario_files import load_scenario, scenario_from_mapping
+    from experiments.scenario_files import load_scenario, read_toml, scenario_from_mapping
 
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise ScenarioError(f"cannot read sweep file {path}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{path}: not valid TOML ({e})") from None
+    data = read_toml(path, "sweep")
     bad = sorted(set(data) - TOP_KEYS)
     if bad:
         raise ScenarioError(f"{path}: unknown key {bad[0]!r}; valid: {', '.join(sorted(TOP_KEYS))}")
