@@ -15,6 +15,10 @@ Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer grou
   per-rank buffer is (Σ L / c) · heads · d · 2 bytes.
 * Link class: a ring whose group spans nodes runs at the network rate; the inner Ulysses group at NVLink
   rate when its u ranks share a node (cost_models.topology).
+* Fixed per-layer cost: every group's forward compute gets ``layers_per_stage × layer_overhead_fwd_s`` and
+  its backward ``layers_per_stage × layer_overhead_bwd_s`` (seconds per layer per microbatch on one rank,
+  from the calibration; launches, norms, RoPE, activation, residuals, framework dispatch). Added here and
+  nowhere else; it does not depend on the group's tokens, so each extra microbatch pays it again.
 """
 
 from __future__ import annotations
@@ -81,10 +85,11 @@ class AnalyticCostModel:
         ring_f, ring_b = self._ring_exposed(tokens, r, u, att_f / nl, att_b / nl, crosses)
         inner_crosses = spans_nodes(job, stage, groups.first_rank, groups.ulysses)
         a2a = self._ulysses_time(tpr, u, inner_crosses)
+        fixed_f, fixed_b = nl * cal.layer_overhead_fwd_s, nl * cal.layer_overhead_bwd_s
         return GroupCosts(
-            fwd_compute_s=lin_f + att_f,
+            fwd_compute_s=lin_f + att_f + fixed_f,
             fwd_comm_s=(ring_f + a2a) * nl,
-            bwd_compute_s=LINEAR_BWD_FACTOR * lin_f + att_b,
+            bwd_compute_s=LINEAR_BWD_FACTOR * lin_f + att_b + fixed_b,
             bwd_comm_s=(ring_b + a2a) * nl,
         )
 

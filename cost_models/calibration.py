@@ -8,6 +8,12 @@
   all-to-all, 2(n−1)/n for all-reduce, 1 for a point-to-point send/recv (NCCL's bus-bandwidth convention).
   Base and per-hop latencies follow NCCL's tuning model (src/graph/tuning.cc: about 8.4 µs base, 3.4 µs per
   NVLink hop, 14 µs per network hop).
+* A fixed cost per decoder layer and microbatch on one rank, ``layer_overhead_fwd_s`` / ``layer_overhead_bwd_s``
+  (seconds), on top of the kernel curves: what one layer costs beyond its attention kernel and its GEMMs —
+  kernel launches and framework (autograd, Python) dispatch, RMSNorm, RoPE, the SwiGLU activation, residual
+  adds, reshapes and copies. It is independent of the token count to first order, so it is what makes many
+  small microbatches cost more than few large ones. Fitted from ``layer_fwd`` / ``layer_bwd`` profile rows
+  (:mod:`cost_models.fitting`); 0 when not measured (the shipped GPU defaults: no published per-layer figure).
 
 Defaults come from the shipped calibration JSON of the GPU when present (``cost_models/data``), else from the
 published figures above; ``dcpsim calibrate`` produces the same JSON from profile tables.
@@ -80,6 +86,15 @@ class Calibration:
     gemm: SaturatingCurve  # x = tokens of the GEMM
     comm: Mapping[str, LinkModel] = field(default_factory=dict)  # key "op:link"
     source: str = ""
+    layer_overhead_fwd_s: float = 0.0  # seconds per layer per microbatch on one rank, forward
+    layer_overhead_bwd_s: float = 0.0  # the same, backward
+
+    def __post_init__(self) -> None:
+        for f in ("layer_overhead_fwd_s", "layer_overhead_bwd_s"):
+            v = getattr(self, f)
+            if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
+                raise CalibrationError(f"calibration {self.name!r}: {f} = {v!r} is invalid: expected a "
+                                       "finite number of seconds ≥ 0")
 
     def link(self, op: str, link: str) -> LinkModel:
         if op not in COLLECTIVES or link not in LINKS:
@@ -108,10 +123,13 @@ class Calibration:
                 gemm=SaturatingCurve(**d["gemm"]),
                 comm={str(k): LinkModel(**v) for k, v in d.get("comm", {}).items()},
                 source=str(d.get("source", "")),
+                layer_overhead_fwd_s=float(d.get("layer_overhead_fwd_s", 0.0)),
+                layer_overhead_bwd_s=float(d.get("layer_overhead_bwd_s", 0.0)),
             )
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, ValueError) as e:
             raise CalibrationError(f"{origin}: missing or malformed field {e}; expected keys name, attn_fwd, "
-                                   "attn_bwd, gemm (each with peak_tflops, half) and comm") from None
+                                   "attn_bwd, gemm (each with peak_tflops, half) and comm, optionally "
+                                   "layer_overhead_fwd_s and layer_overhead_bwd_s (seconds)") from None
 
     @staticmethod
     def load(path: str | Path) -> Calibration:

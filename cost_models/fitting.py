@@ -13,6 +13,13 @@
   bytes·factor / busbw, linear in (base, hop, 1/busbw); solved per (op, link) by non-negative least squares on
   relative errors (``scipy.optimize.lsq_linear``). With a single group size, hop keeps the base value.
 
+* Fixed per-layer overhead: with ``layer_fwd`` / ``layer_bwd`` rows (one whole decoder layer on one rank),
+  each row's kernel time is predicted by :meth:`AnalyticCostModel.group_costs` for a one-layer job of the
+  row's shape with the curves fitted above and no overhead (so no formula is duplicated here); the overhead
+  of a pass is the constant c ≥ 0 minimising Σ ((predicted + c) / measured − 1)², the relative least-squares
+  intercept c = Σ (r/m²) / Σ (1/m²) of the residuals r = measured − predicted, clipped at 0. Relative
+  weighting lets the short layers, where the overhead dominates, set it.
+
 Terms absent from the profile keep the ``base`` calibration's values. Fitted numbers are rounded to 6
 significant digits so that the JSON is stable across platforms.
 """
@@ -28,7 +35,7 @@ from scipy.optimize import least_squares, lsq_linear
 
 from cost_models.calibration import COLLECTIVES, Calibration, LinkModel, SaturatingCurve
 from cost_models.errors import CalibrationError
-from cost_models.profile_table import ATTENTION_OPS, row_flops, row_size
+from cost_models.profile_table import ATTENTION_OPS, LAYER_OPS, row_flops, row_size
 
 GroupKey = tuple[str, str, int, int]  # (kernel, op, causal, head_dim)
 
@@ -163,6 +170,62 @@ def fit_link(op: str, nbytes: np.ndarray, n: np.ndarray, seconds: np.ndarray, ba
         raise CalibrationError(f"{op}: the measured times do not grow with bytes; cannot fit a bandwidth")
     return LinkModel(base_s=_sig(p["base"]), hop_s=_sig(p.get("hop", base.hop_s)),
                      busbw_gbs=_sig(1.0 / inv_bw))
+
+
+# ---- fixed per-layer overhead -----------------------------------------------------------------------------
+def layer_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarray, np.ndarray]:
+    """The analytic model's forward and backward compute seconds of each layer row (one layer, one rank,
+    one causal document of ``tokens`` tokens), with ``cal``'s curves and no per-layer overhead."""
+    from cost_models.analytic import AnalyticCostModel
+    from cost_models.base import GroupBatch
+    from cost_models.presets import get_gpu
+    from cost_models.specs import JobSpec, ModelSpec
+
+    kernels = replace(cal, layer_overhead_fwd_s=0.0, layer_overhead_bwd_s=0.0)
+    fwd, bwd = np.zeros(len(rows)), np.zeros(len(rows))
+    shape_cols = ["in_features", "out_features", "heads", "kv_heads", "head_dim"]
+    pos = np.arange(len(rows))
+    for (h, f, a, g, d), idx in rows.reset_index(drop=True).groupby(shape_cols, sort=True).groups.items():
+        tokens = rows["tokens"].to_numpy(np.int64)[pos[idx]]
+        model = ModelSpec("profiled-layer", hidden=int(h), ffn=int(f), layers=1, heads=int(a), kv_heads=int(g),
+                          head_dim=int(d), vocab=1)
+        top = int(tokens.max())
+        job = JobSpec(model=model, gpu=get_gpu("h100"), tp=1, pp=1, pool=1, context_len=top,
+                      global_batch_tokens=top, max_tokens_per_rank=top)  # the GPU only sets links: unused
+        n = len(tokens)
+        one_each = GroupBatch(seq_len=tokens, seq_group=np.arange(n), size=np.ones(n, np.int64),
+                              ulysses=np.ones(n, np.int64), first_rank=np.zeros(n, np.int64))
+        costs = AnalyticCostModel(job, kernels).group_costs(one_each)
+        fwd[pos[idx]], bwd[pos[idx]] = costs.fwd_compute_s, costs.bwd_compute_s
+    return fwd, bwd
+
+
+def fit_overhead(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """The constant c ≥ 0 (seconds) minimising Σ ((predicted + c) / measured − 1)²."""
+    p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
+    c = float(np.sum((m - p) / m**2) / np.sum(1.0 / m**2))
+    return _sig(max(c, 0.0))
+
+
+def _fit_layer_overhead(profile: pd.DataFrame, cal: Calibration) -> tuple[Calibration, list[OpFit]]:
+    """``cal`` with the per-layer overheads fitted to the profile's layer rows (unchanged without any)."""
+    terms, fitted = [], {}
+    for op in LAYER_OPS:
+        key = f"layer_overhead_{op[6:]}_s"
+        rows = profile[profile["op"] == op]
+        if rows.empty:
+            terms.append(OpFit(key, "base", {"seconds": getattr(cal, key)}, note=f"no {op} rows"))
+            continue
+        pred = layer_kernel_seconds(rows, cal)[0 if op == "layer_fwd" else 1]
+        meas = rows["seconds"].to_numpy(np.float64)
+        c = fit_overhead(pred, meas)
+        fitted[key] = c
+        ape = _ape(pred + c, meas)
+        share = float(np.median(c / meas))
+        terms.append(OpFit(key, "fitted", {"seconds": c}, len(rows), float(ape.mean()), float(ape.max()),
+                           f"kernels alone MAPE {_ape(pred, meas).mean():.0%}; median share of layer time "
+                           f"{share:.0%}; tokens {', '.join(map(str, sorted(set(rows['tokens'].astype(int)))))}"))
+    return replace(cal, **fitted), terms
 
 
 # ---- the whole calibration ------------------------------------------------------------------------------
@@ -302,7 +365,10 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
            + f"; terms not in the profile from {base.name}"
            + (f"; profile sources: {' | '.join(sources)}" if sources else ""))
     cal = Calibration(name=name, attn_fwd=fwd, attn_bwd=bwd, gemm=gemm, comm=dict(sorted(comm.items())),
-                      source=src)
+                      source=src, layer_overhead_fwd_s=base.layer_overhead_fwd_s,
+                      layer_overhead_bwd_s=base.layer_overhead_bwd_s)
+    cal, layer_terms = _fit_layer_overhead(profile, cal)
+    terms[3:3] = layer_terms  # after attn_fwd, attn_bwd, gemm; before the collectives
     report = FitReport(name, kernel, d, tuple(terms), groups, group_mape, loo_summary(profile))
     return cal, report
 

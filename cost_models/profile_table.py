@@ -3,7 +3,8 @@
 One row is one measurement of one operation. Columns (in this order when written):
 
 =============== ======================================================================================
-``op``          attn_fwd, attn_bwd, gemm, all_to_all, send_recv, all_gather, reduce_scatter, all_reduce
+``op``          attn_fwd, attn_bwd, gemm, layer_fwd, layer_bwd, all_to_all, send_recv, all_gather,
+                reduce_scatter, all_reduce
 ``kernel``      optional: which implementation (``fa3``, ``fa2``, ``cudnn9.1``, ...); empty = unnamed
 ``q_len``       attention: query tokens per sequence
 ``kv_len``      attention: key/value tokens per sequence
@@ -12,9 +13,9 @@ One row is one measurement of one operation. Columns (in this order when written
 ``kv_heads``    attention: key/value heads (empty = ``heads``; does not enter the FLOP count)
 ``head_dim``    attention: head dimension d
 ``causal``      attention: 1 causal (bottom-right aligned mask), 0 full
-``tokens``      gemm: rows of the activation matrix (M)
-``in_features`` gemm: K
-``out_features`` gemm: N
+``tokens``      gemm: rows of the activation matrix (M); layer: tokens of the one causal document
+``in_features`` gemm: K; layer: hidden size h
+``out_features`` gemm: N; layer: SwiGLU intermediate size f
 ``bytes``       collectives: the nccl-tests buffer size (total size; see cost_models.calibration)
 ``group_size``  collectives: ranks taking part (≥ 2; send_recv: 2)
 ``link``        collectives: ``nvlink`` (inside a node) or ``network`` (across nodes)
@@ -22,6 +23,12 @@ One row is one measurement of one operation. Columns (in this order when written
 ``seconds``     measured time of the call, > 0
 ``source``      where the number comes from (a paper, a profiler run, ...)
 =============== ======================================================================================
+
+``layer_fwd`` / ``layer_bwd`` time one whole decoder layer (norms, QKV/O projections, RoPE, attention,
+SwiGLU MLP, residuals), forward alone or backward alone, on one rank over one causal document of ``tokens``
+tokens. They need ``tokens``, ``in_features`` (= h), ``out_features`` (= f), ``heads``, ``head_dim``;
+``kv_heads`` defaults to ``heads``, ``q_len`` and ``kv_len`` to ``tokens`` (if given they must equal it),
+``causal`` to 1 (the only value allowed), ``batch`` to 1 (the only value allowed).
 
 Fields an op does not use may be empty. FLOP conventions (those of the FlashAttention papers and of
 :mod:`cost_models.flops`): attention forward = 4·d·a·P FLOPs per sequence, P the (query, key) pairs computed:
@@ -42,7 +49,9 @@ from cost_models.errors import CalibrationError
 from cost_models.flops import ATTENTION_BWD_FACTOR
 
 ATTENTION_OPS = ("attn_fwd", "attn_bwd")
-OPS = ATTENTION_OPS + ("gemm",) + COLLECTIVES
+LAYER_OPS = ("layer_fwd", "layer_bwd")
+COMPUTE_OPS = ATTENTION_OPS + ("gemm",) + LAYER_OPS
+OPS = COMPUTE_OPS + COLLECTIVES
 INT_FIELDS = ("q_len", "kv_len", "batch", "heads", "kv_heads", "head_dim", "causal", "tokens", "in_features",
               "out_features", "bytes", "group_size")
 COLUMNS = ("op", "kernel", "q_len", "kv_len", "batch", "heads", "kv_heads", "head_dim", "causal", "tokens",
@@ -52,6 +61,7 @@ REQUIRED_COLUMNS = tuple(c for c in COLUMNS if c not in OPTIONAL_COLUMNS)
 NEEDS: dict[str, tuple[str, ...]] = {
     **{op: ("q_len", "kv_len", "heads", "head_dim", "causal") for op in ATTENTION_OPS},
     "gemm": ("tokens", "in_features", "out_features"),
+    **{op: ("tokens", "in_features", "out_features", "heads", "head_dim") for op in LAYER_OPS},
     **{op: ("bytes", "group_size", "link") for op in COLLECTIVES},
 }
 
@@ -76,6 +86,19 @@ def _parse_int(text: str, origin: str, row: int, field: str) -> int | None:
     elif v < 1:
         raise _fail(origin, row, field, text, "expected a positive integer")
     return v
+
+
+def _check_layer(ints: dict[str, int | None], rec: dict[str, str], origin: str, row: int) -> None:
+    """Fill a layer row's defaults (q_len = kv_len = tokens, causal 1, batch 1) and check the given ones."""
+    n = ints["tokens"]
+    for f, want in (("q_len", n), ("kv_len", n), ("causal", 1), ("batch", 1)):
+        if ints[f] is None:
+            ints[f] = want
+        elif ints[f] != want:
+            raise _fail(origin, row, f, rec.get(f, ""), f"a {rec['op']} row times one causal document of "
+                                                        f"tokens = {n} tokens: {f} must be empty or {want}")
+    if ints["heads"] % ints["kv_heads"]:
+        raise _fail(origin, row, "kv_heads", rec["kv_heads"], f"must divide heads = {ints['heads']}")
 
 
 def validate_profile(raw: pd.DataFrame, origin: str = "profile") -> pd.DataFrame:
@@ -109,10 +132,12 @@ def validate_profile(raw: pd.DataFrame, origin: str = "profile") -> pd.DataFrame
             sec = math.nan
         if not (math.isfinite(sec) and sec > 0):
             raise _fail(origin, i, "seconds", rec["seconds"], "expected a positive, finite time in seconds")
-        if op in ATTENTION_OPS and ints["kv_heads"] is None:
+        if op in ATTENTION_OPS + LAYER_OPS and ints["kv_heads"] is None:
             ints["kv_heads"] = ints["heads"]
         if op in ATTENTION_OPS and ints["batch"] is None:
             ints["batch"] = 1
+        if op in LAYER_OPS:
+            _check_layer(ints, rec, origin, i)
         for f in INT_FIELDS:
             cols[f].append(ints[f])
         for f in ("op", "kernel", "device", "source"):
@@ -172,7 +197,7 @@ def attention_pairs(q_len: np.ndarray, kv_len: np.ndarray, causal: np.ndarray) -
 
 def row_flops(df: pd.DataFrame) -> np.ndarray:
     """FLOPs of each row's call (NaN for collectives): attention 4·d·a·pairs·batch (x2.5 backward), GEMM
-    2·M·K·N."""
+    2·M·K·N; NaN for layer rows (their kernel time comes from the analytic model, cost_models.fitting)."""
     op = df["op"].to_numpy()
     att = 4.0 * _f(df, "head_dim") * _f(df, "heads") * _f(df, "batch") * attention_pairs(
         _f(df, "q_len"), _f(df, "kv_len"), _f(df, "causal"))
@@ -190,5 +215,5 @@ def row_size(df: pd.DataFrame) -> np.ndarray:
 
 
 def row_tflops(df: pd.DataFrame) -> np.ndarray:
-    """Achieved TFLOP/s of each compute row (NaN for collectives)."""
+    """Achieved TFLOP/s of each attention or GEMM row (NaN for layers and collectives)."""
     return row_flops(df) / (df["seconds"].to_numpy(dtype=np.float64) * 1e12)

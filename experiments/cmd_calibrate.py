@@ -1,4 +1,5 @@
-"""Fit a calibration (kernel efficiency curves, α–β link models) to profile tables and write it as JSON.
+"""Fit a calibration (kernel efficiency curves, fixed per-layer overhead, α–β link models) to profile tables
+and write it as JSON.
 
 A profile table is a CSV of measured times (schema in docs/calibration.md and cost_models/profile_table.py).
 Terms the profiles do not measure keep the base calibration (default: the GPU's shipped one). Use the
@@ -24,11 +25,11 @@ import pandas as pd
 from cost_models import Calibration, CalibrationError, default_calibration, get_gpu
 from cost_models.calibration import published_calibration
 from cost_models.fitting import FitReport, factor_and_hops, fit_calibration
-from cost_models.profile_table import ATTENTION_OPS, read_profiles, row_size, row_tflops
+from cost_models.profile_table import ATTENTION_OPS, COMPUTE_OPS, read_profiles, row_size, row_tflops
 from experiments.report import format_table
 
 NAME = "calibrate"
-HELP = "fit a calibration JSON to profile tables (kernel curves, link models)"
+HELP = "fit a calibration JSON to profile tables (kernel curves, per-layer overhead, link models)"
 ORDER = 40
 
 
@@ -88,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
 def _fmt_params(params: dict[str, float]) -> str:
     if "peak_tflops" in params:
         return f"peak {params['peak_tflops']:.1f} TFLOP/s, half {params['half']:.0f} tokens"
+    if "seconds" in params:
+        return f"{params['seconds'] * 1e6:.1f} us per layer per microbatch"
     return (f"base {params['base_s'] * 1e6:.2f} us, hop {params['hop_s'] * 1e6:.2f} us, "
             f"busbw {params['busbw_gbs']:.1f} GB/s")
 
@@ -112,7 +115,7 @@ def write_plot(profile: pd.DataFrame, cal: Calibration, report: FitReport, path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    compute_ops = ATTENTION_OPS + ("gemm",)
+    compute_ops = COMPUTE_OPS
     has = {"attention": profile["op"].isin(ATTENTION_OPS).any(), "gemm": (profile["op"] == "gemm").any(),
            "collectives": (~profile["op"].isin(compute_ops)).any()}
     panels = [p for p in ("attention", "gemm", "collectives") if has[p]]
@@ -159,7 +162,7 @@ def _plot_attention(ax, profile: pd.DataFrame, cal: Calibration, report: FitRepo
 
 
 def _plot_collectives(ax, profile: pd.DataFrame, cal: Calibration) -> None:
-    coll = profile[~profile["op"].isin(ATTENTION_OPS + ("gemm",))]
+    coll = profile[~profile["op"].isin(COMPUTE_OPS)]
     for i, ((op, link, n), g) in enumerate(coll.groupby(["op", "link", "group_size"], sort=True)):
         nbytes = g["bytes"].to_numpy(np.float64)
         factor, _ = factor_and_hops(op, np.full_like(nbytes, n))

@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group("calibration")
     c.add_argument("--profile", metavar="CSV", help="use this profile table instead of profiling again")
     c.add_argument("--full-profile", action="store_true", help="more sizes and repeats (default: quick)")
+    c.add_argument("--no-layer-overhead", action="store_true",
+                   help="simulate without the fitted fixed per-layer overhead (kernel curves and links only), "
+                        "to see what the overhead term contributes")
     o = p.add_argument_group("output")
     o.add_argument("--out", default="validate_out", help="output directory (default validate_out)")
     o.add_argument("--plot", metavar="PNG", help="predicted vs measured plot (default OUT/validate.png)")
@@ -82,13 +86,14 @@ def _geometric(lo: int, hi: int, n: int) -> tuple[int, ...]:
 
 
 def profile_settings(args: argparse.Namespace, budget: int):
-    """Profile sizes spanning what the workload runs: attention blocks up to the context, GEMMs up to twice
-    the per-rank budget, collectives from 16 KiB to 4 MiB."""
+    """Profile sizes spanning what the workload runs: attention blocks up to the context, GEMMs and whole
+    decoder layers up to twice the per-rank budget, collectives from 16 KiB to 4 MiB."""
     from real_runtime.profiler import ProfileSettings
 
     n = 6 if args.full_profile else 4
     return ProfileSettings(attention_lengths=_geometric(32, args.context_len, n),
                            gemm_tokens=_geometric(32, 2 * budget, n),
+                           layer_tokens=_geometric(32, 2 * budget, n),
                            collective_bytes=_geometric(1 << 14, 1 << 22, n),
                            repeats=7 if args.full_profile else 3, warmup=1)
 
@@ -98,12 +103,17 @@ def calibrate(profile: pd.DataFrame, args: argparse.Namespace, dtype: str):
     twice that, so collective bytes are rescaled to bf16-equivalent elements before fitting."""
     from cost_models import default_calibration, get_gpu
     from cost_models.fitting import fit_calibration
+    from cost_models.profile_table import COMPUTE_OPS
 
     prof = profile.copy()
     if dtype == "float32":
-        coll = ~prof["op"].isin(["attn_fwd", "attn_bwd", "gemm"])
+        coll = ~prof["op"].isin(COMPUTE_OPS)
         prof.loc[coll, "bytes"] = (prof.loc[coll, "bytes"] // 2).astype("Int64")
-    return fit_calibration(prof, default_calibration(get_gpu(args.gpu)), f"validate-{args.device}")
+    cal, report = fit_calibration(prof, default_calibration(get_gpu(args.gpu)), f"validate-{args.device}")
+    if getattr(args, "no_layer_overhead", False):
+        cal = replace(cal, name=f"{cal.name}-no-layer-overhead", layer_overhead_fwd_s=0.0,
+                      layer_overhead_bwd_s=0.0)
+    return cal, report
 
 
 def _prepare(args: argparse.Namespace):
@@ -191,6 +201,8 @@ def _run(args: argparse.Namespace) -> int:
     plot = args.plot or str(out / "validate.png")
     write_plot(results, plot)
     fit_terms = {t.key: {"how": t.how, "mape": t.mape} for t in report.terms if ":" not in t.key}
+    for key in ("layer_overhead_fwd_s", "layer_overhead_bwd_s"):
+        fit_terms.setdefault(key, {"how": "base", "mape": math.nan})["seconds"] = getattr(cal, key)
     doc = {"settings": {k: v for k, v in vars(args).items() if not k.startswith("_")}, "calibration": cal.name,
            "fit": fit_terms, "skipped": skipped, "out": str(out), "plot": plot,
            "policies": {k: v["summary"] for k, v in results.items()},
@@ -243,7 +255,11 @@ def print_report(doc: dict[str, Any]) -> None:
     print(f"\nranking by iteration time: simulated {' < '.join(rk['simulated'])}; measured "
           f"{' < '.join(rk['measured'])}: {'same' if rk['same'] else 'DIFFERENT'} (predicted times within 2% "
           f"count as ties)")
-    fit = ", ".join(f"{k} {v['how']} (MAPE {pct(v['mape'])})" for k, v in doc["fit"].items())
+    def term(k: str, v: dict[str, Any]) -> str:
+        value = f" {v['seconds'] * 1e6:.0f} us" if "seconds" in v else ""
+        return f"{k}{value} {v['how']} (MAPE {pct(v['mape'])})"
+
+    fit = ", ".join(term(k, v) for k, v in doc["fit"].items())
     print(f"calibration {doc['calibration']}: {fit}")
     for p in doc["skipped"]:
         print(f"skipped {p}: not registered")

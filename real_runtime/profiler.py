@@ -10,6 +10,13 @@ The rows follow the profile-table schema of :mod:`cost_models.profile_table` (on
   with flash-attn on GPUs) — the same one the runner uses;
 * **GEMMs** (``gemm``): ``x @ Wᵀ`` of every distinct linear shape of one layer of the model (QKV and O
   projections, SwiGLU up/gate and down), forward, for several token counts;
+* **decoder layers** (``layer_fwd``, ``layer_bwd``): one :class:`real_runtime.model.Block` of the model
+  (RMSNorm, QKV/O projections, RoPE, ``varlen_attention`` with the same kernel as above, SwiGLU MLP,
+  residuals) over one causal document of each token count, forward alone (building the autograd graph, as
+  in training) and backward alone (parameter gradients accumulate, as over a step's microbatches). Weights
+  are float32 and bfloat16 runs under autocast, as in the runner; RoPE's cos/sin are made once per forward
+  of the whole model, so they are computed outside the timed layer. The fitter subtracts the analytic
+  model's kernel time of the same layer and keeps the rest as the fixed per-layer overhead;
 * **collectives** (with more than one process): ``send_recv`` (a pair exchanging buffers both ways at once,
   as a ring step does), ``all_to_all``, ``all_gather``, ``reduce_scatter`` and ``all_reduce`` over aligned
   groups ``0..g-1`` of every power-of-two size ``g``, for several buffer sizes; ``bytes`` follows nccl-tests
@@ -35,6 +42,7 @@ import torch.nn.functional as F
 
 from cost_models.specs import ModelSpec
 from real_runtime.attention import resolve_backend, varlen_attention
+from real_runtime.model import Block, rope_cos_sin
 from real_runtime.timing import Clock
 
 COLLECTIVE_OPS = ("send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce")
@@ -46,6 +54,7 @@ class ProfileSettings:
 
     attention_lengths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
     gemm_tokens: tuple[int, ...] = (64, 256, 1024, 4096)
+    layer_tokens: tuple[int, ...] = (32, 128, 512, 2048)
     collective_bytes: tuple[int, ...] = (1 << 14, 1 << 17, 1 << 20, 1 << 22)
     repeats: int = 7
     warmup: int = 1
@@ -54,7 +63,7 @@ class ProfileSettings:
     def quick() -> ProfileSettings:
         """A short profile (a few seconds on a CPU): fewer sizes and repeats."""
         return ProfileSettings(attention_lengths=(64, 256, 1024), gemm_tokens=(64, 512, 2048),
-                               collective_bytes=(1 << 14, 1 << 18, 1 << 21), repeats=3, warmup=1)
+                               layer_tokens=(32, 128, 512), collective_bytes=(1 << 14, 1 << 18, 1 << 21), repeats=3, warmup=1)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,12 +164,71 @@ def profile_gemms(spec: ModelSpec, tokens: Sequence[int], device: torch.device, 
     return rows
 
 
+def _layer(spec: ModelSpec, device: torch.device) -> Block:
+    """One decoder layer with float32 weights, normal(0, 0.02) matrices and unit norms (seed 0)."""
+    block = Block(spec)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    return block.to(device=device, dtype=torch.float32)
+
+
+def _layer_calls(block: Block, n: int, device: torch.device, dtype: torch.dtype,
+                 kernel: Any) -> tuple[Callable[[Any], torch.Tensor], Callable[[torch.Tensor], None]]:
+    """The timed calls of one layer over one causal document of ``n`` tokens: a forward (input needing a
+    gradient, under autocast for bfloat16) and the backward of its output."""
+    att = block.attn
+    gen = torch.Generator(device="cpu").manual_seed(n)
+    hidden = block.attn_norm.weight.shape[0]
+    x = torch.randn(n, hidden, generator=gen).to(device)
+    dout = torch.randn(n, hidden, generator=gen).to(device)
+    cos, sin = rope_cos_sin(torch.arange(n, device=device), att.head_dim)
+    cu = (0, n)
+
+    def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return varlen_attention(q, k, v, cu, backend=kernel)
+
+    def forward(_: Any = None) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            return block(x.detach().requires_grad_(), cos, sin, attn)
+
+    def backward(out: torch.Tensor) -> None:
+        out.backward(dout.to(out.dtype))
+
+    return forward, backward
+
+
+def profile_layers(spec: ModelSpec, tokens: Sequence[int], device: torch.device, dtype: torch.dtype,
+                   settings: ProfileSettings, backend: str = "auto", source: str = "") -> list[dict[str, Any]]:
+    """Forward and backward of one decoder layer over one causal document of every count in ``tokens``."""
+    clock, dev = Clock(device), device_name(device)
+    block = _layer(spec, device)
+    kernel = resolve_backend(backend, torch.empty(1, 1, spec.head_dim, device=device, dtype=dtype))
+    rows = []
+    for n in tokens:
+        forward, backward = _layer_calls(block, n, device, dtype, kernel)
+        fwd = median_seconds(forward, clock, settings.repeats, settings.warmup)
+        bwd = median_seconds(backward, clock, settings.repeats, settings.warmup, setup=forward)
+        block.zero_grad(set_to_none=True)
+        for op, sec in (("layer_fwd", fwd), ("layer_bwd", bwd)):
+            rows.append(_base_row(op, dev, source) | {
+                "kernel": kernel.name, "q_len": n, "kv_len": n, "batch": 1, "heads": spec.heads,
+                "kv_heads": spec.kv_heads, "head_dim": spec.head_dim, "causal": 1, "tokens": n,
+                "in_features": spec.hidden, "out_features": spec.ffn, "seconds": sec})
+    return rows
+
+
 def profile_compute(spec: ModelSpec, device: torch.device, dtype: torch.dtype, settings: ProfileSettings,
                     backend: str = "auto", source: str = "") -> list[dict[str, Any]]:
-    """Attention and GEMM rows (no process group needed)."""
+    """Attention, GEMM and decoder-layer rows (no process group needed)."""
     with torch.no_grad():
         gemms = profile_gemms(spec, settings.gemm_tokens, device, dtype, settings, source)
-    return profile_attention(spec, settings.attention_lengths, device, dtype, settings, backend, source) + gemms
+    return (profile_attention(spec, settings.attention_lengths, device, dtype, settings, backend, source) + gemms
+            + profile_layers(spec, settings.layer_tokens, device, dtype, settings, backend, source))
 
 
 # ---- collectives --------------------------------------------------------------------------------------------

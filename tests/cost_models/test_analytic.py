@@ -101,3 +101,20 @@ def test_bad_job_specs_name_the_field():
         get_gpu("a100")
     with pytest.raises(SpecError, match="job.pool"):
         JobSpec(get_model("tiny"), get_gpu("h100"), pool=0)
+
+
+def test_layer_overhead_adds_layers_times_overhead_to_compute_only():
+    from dataclasses import replace
+
+    job = small_job()
+    cal = published_calibration(job.gpu)
+    groups = GroupBatch(np.array([4096, 1000, 3000, 512]), np.array([0, 1, 1, 2]), np.array([4, 2, 1]),
+                        np.array([1, 2, 1]), np.array([0, 4, 6]))
+    base = AnalyticCostModel(job, cal).group_costs(groups)
+    extra = replace(cal, layer_overhead_fwd_s=3e-4, layer_overhead_bwd_s=7e-4)
+    more = AnalyticCostModel(job, extra).group_costs(groups)
+    nl = job.layers_per_stage
+    np.testing.assert_allclose(more.fwd_compute_s - base.fwd_compute_s, nl * 3e-4, rtol=1e-12)
+    np.testing.assert_allclose(more.bwd_compute_s - base.bwd_compute_s, nl * 7e-4, rtol=1e-12)
+    np.testing.assert_array_equal(more.fwd_comm_s, base.fwd_comm_s)
+    np.testing.assert_array_equal(more.bwd_comm_s, base.bwd_comm_s)

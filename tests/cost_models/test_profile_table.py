@@ -25,6 +25,8 @@ SHIPPED = DATA / "profile_h100.csv"
 PUBLISHED = build_defaults.REFERENCE / "h100_attention_tflops_published.csv"
 HEADER = ",".join(COLUMNS)
 ATT = "attn_fwd,fa3,4096,4096,4,16,16,128,1,,,,,,,h100,{t},paper"
+# op,kernel,q_len,kv_len,batch,heads,kv_heads,head_dim,causal,tokens,in_features,out_features,...
+LAYER = "layer_fwd,math,{q},,,4,2,32,{causal},256,128,384,,,,cpu,{t},profiler"
 NCCL = "all_gather,,,,,,,,,,,,8388608,2,{link},h100,{t},nccl-tests"
 
 
@@ -100,12 +102,26 @@ def test_optional_columns_and_defaults(tmp_path):
     ("all_gather,,,,,,,,,,,,8388608,1,nvlink,h100,1e-5,x", "row 2: group_size = '1'"),
     ("all_gather,,,,,,,,,,,,,2,nvlink,h100,1e-5,x", "row 2: bytes = ''"),
     ("gemm,,,,,,,,,4096,4096,,,,,h100,1e-3,x", "row 2: out_features = ''"),
+    (LAYER.format(q="", causal="", t="-1e-3"), "row 2: seconds = '-1e-3'"),
+    (LAYER.format(q="128", causal="", t="1e-3"), "row 2: q_len = '128'"),
+    (LAYER.format(q="", causal="0", t="1e-3"), "row 2: causal = '0'"),
+    ("layer_bwd,math,,,,4,2,32,,256,,384,,,,cpu,1e-3,x", "row 2: in_features = ''"),
+    ("layer_bwd,math,,,,,,32,,256,128,384,,,,cpu,1e-3,x", "row 2: heads = ''"),
+    ("layer_bwd,math,,,,4,3,32,,256,128,384,,,,cpu,1e-3,x", "row 2: kv_heads = '3'"),
 ])
 def test_bad_rows_are_rejected_naming_file_row_and_value(tmp_path, row, needle):
     p = write(tmp_path, ATT.format(t="0.001"), row)
     with pytest.raises(CalibrationError) as e:
         read_profile(p)
     assert str(p) in str(e.value) and needle in str(e.value)
+
+
+def test_layer_rows_default_to_one_causal_document_of_tokens(tmp_path):
+    p = write(tmp_path, LAYER.format(q="", causal="", t="2e-3"), LAYER.format(q="256", causal="1", t="3e-3"))
+    df = read_profile(p)
+    assert list(df["q_len"]) == [256, 256] and list(df["kv_len"]) == [256, 256]
+    assert list(df["causal"]) == [1, 1] and list(df["batch"]) == [1, 1] and list(df["kv_heads"]) == [2, 2]
+    assert np.isnan(row_flops(df)).all()
 
 
 def test_missing_column_is_named(tmp_path):

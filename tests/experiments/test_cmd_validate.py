@@ -44,8 +44,10 @@ def test_writes_profile_calibration_errors_and_plot(validated):
     from cost_models.profile_table import read_profile
 
     prof = read_profile(out / "profile.csv")
-    assert {"attn_fwd", "attn_bwd", "gemm", "send_recv", "all_to_all"} <= set(prof.op)
-    assert Calibration.load(out / "calibration.json").name == "validate-cpu"
+    assert {"attn_fwd", "attn_bwd", "gemm", "layer_fwd", "layer_bwd", "send_recv", "all_to_all"} <= set(prof.op)
+    cal = Calibration.load(out / "calibration.json")
+    assert cal.name == "validate-cpu"
+    assert cal.layer_overhead_fwd_s >= 0 and cal.layer_overhead_bwd_s >= 0  # fitted; noisy CPUs may clip at 0
     import pandas as pd
 
     err = pd.read_csv(out / "errors.csv")
@@ -58,12 +60,26 @@ def test_json_document_and_unknown_policy_skipped(validated):
     doc = json.loads((out / "validate.json").read_text())
     assert doc["skipped"] == ["no-such-policy"] and "skipped no-such-policy" in text
     assert sorted(doc["policies"]) == ["hydra", "mcore-dcp", "static-cp"]
+    overhead = doc["fit"]["layer_overhead_fwd_s"]
+    assert overhead["how"] == "fitted" and overhead["seconds"] >= 0
+    line = next(ln for ln in text.splitlines() if ln.startswith("calibration validate-cpu"))
+    assert "layer_overhead_fwd_s" in line and " us fitted" in line
     for s in doc["policies"].values():
         assert s["microbatches"] >= 1 and s["measured_iteration_s"] > 0 and s["predicted_iteration_s"] > 0
         assert 0 <= s["iteration_mape"] and 0 <= s["microbatch_mape"] and 0 <= s["rank_microbatch_mape"]
     assert sorted(doc["ranking"]["simulated"]) == sorted(doc["ranking"]["measured"]) == sorted(doc["policies"])
     assert isinstance(doc["ranking"]["same"], bool)
     assert len(doc["microbatches"]) == sum(s["microbatches"] for s in doc["policies"].values())
+
+
+def test_no_layer_overhead_reuses_the_profile_and_zeroes_the_term(validated, tmp_path, capsys):
+    _, _, out = validated
+    args = [*SMALL, "--policies", "static-cp", "--profile", str(out / "profile.csv"), "--no-layer-overhead",
+            "--out", str(tmp_path), "--json"]
+    assert main(["validate", *args]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["calibration"] == "validate-cpu-no-layer-overhead"
+    assert doc["fit"]["layer_overhead_fwd_s"]["seconds"] == 0 == doc["fit"]["layer_overhead_bwd_s"]["seconds"]
 
 
 def test_clear_errors(capsys, monkeypatch, tmp_path):

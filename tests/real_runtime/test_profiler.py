@@ -8,12 +8,12 @@ torch = pytest.importorskip("torch")
 from cost_models import get_gpu, get_model
 from cost_models.calibration import published_calibration
 from cost_models.fitting import fit_calibration
-from cost_models.profile_table import COLUMNS, read_profile
+from cost_models.profile_table import COLUMNS, COMPUTE_OPS, read_profile
 from real_runtime.profile import main as profile_main
 from real_runtime.profile import profile_job, run_profile
 from real_runtime.profiler import ProfileSettings, linear_shapes, profile_compute, write_rows
 
-TINY = ProfileSettings(attention_lengths=(32, 96, 256), gemm_tokens=(16, 64, 256),
+TINY = ProfileSettings(attention_lengths=(32, 96, 256), gemm_tokens=(16, 64, 256), layer_tokens=(16, 64),
                        collective_bytes=(1 << 12, 1 << 16), repeats=2, warmup=1)
 
 
@@ -37,6 +37,11 @@ def test_compute_rows_are_valid_profile_rows(compute_csv):
     assert sorted({(int(a), int(b)) for a, b in zip(gemm.in_features, gemm.out_features)}) == \
         sorted(linear_shapes(m))
     assert len(gemm) == len(linear_shapes(m)) * 3
+    layer = df[df.op.isin(["layer_fwd", "layer_bwd"])]
+    assert sorted(layer.op) == ["layer_bwd"] * 2 + ["layer_fwd"] * 2 and sorted(set(layer.tokens)) == [16, 64]
+    assert set(layer.in_features) == {m.hidden} and set(layer.out_features) == {m.ffn}
+    assert set(layer.heads) == {m.heads} and set(layer.kv_heads) == {m.kv_heads}
+    assert (layer.q_len == layer.tokens).all() and (layer.kernel == "math").all()
 
 
 def test_fitter_accepts_the_profile(compute_csv):
@@ -44,6 +49,8 @@ def test_fitter_accepts_the_profile(compute_csv):
     assert {t.key: t.how for t in report.terms}["attn_fwd"] == "fitted"
     assert {t.key: t.how for t in report.terms}["gemm"] == "fitted"
     assert cal.attn_fwd.peak_tflops > 0 and cal.gemm.peak_tflops > 0
+    assert report.term("layer_overhead_fwd_s").how == "fitted" and report.term("layer_overhead_bwd_s").rows == 2
+    assert cal.layer_overhead_fwd_s >= 0 and cal.layer_overhead_bwd_s >= 0
 
 
 def test_collectives_on_two_processes(tmp_path):
@@ -52,7 +59,7 @@ def test_collectives_on_two_processes(tmp_path):
     job["settings"] = TINY.to_dict()
     run_profile(job, nproc=2, timeout_s=120)
     df = read_profile(out)
-    coll = df[~df.op.isin(["attn_fwd", "attn_bwd", "gemm"])]
+    coll = df[~df.op.isin(COMPUTE_OPS)]
     assert set(coll.op) == {"send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce"}
     assert (coll.group_size == 2).all() and (coll.link == "nvlink").all() and (coll.seconds > 0).all()
     assert set(coll.bytes) == {1 << 12, 1 << 16}
@@ -61,3 +68,9 @@ def test_collectives_on_two_processes(tmp_path):
 def test_command_line_errors_are_one_line(capsys):
     assert profile_main(["--out", "x.csv", "--nproc", "2", "--backend", "nccl"]) == 2
     assert "nccl" in capsys.readouterr().err
+
+
+def test_old_settings_without_layer_tokens_still_load():
+    d = TINY.to_dict()
+    del d["layer_tokens"]
+    assert ProfileSettings.from_dict(d).layer_tokens == ProfileSettings().layer_tokens
