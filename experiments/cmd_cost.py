@@ -4,7 +4,8 @@ Times are seconds per layer on one rank (a TP group of --tp GPUs, as in the simu
 compute (forward, backward) and the *exposed* CP communication of the chosen engine. FLOPs are per GPU. The
 numbers are those the simulator uses: the command builds a one-layer job and calls the analytic model's
 group_costs on a one-group batch; attention and linear compute are told apart by pricing the job once more
-with the other kernel class made free.
+with the other kernel class made free (and no fixed per-layer overhead); the calibration's fixed per-layer
+overhead (launches, norms, activation, framework dispatch; 0 in the shipped GPU calibrations) is its own row.
 
 Examples:
   dcpsim cost --gpu h100 --seq-len 32768 --heads 64 --kv-heads 4 --head-dim 128 --cp 1 --json
@@ -98,8 +99,9 @@ def predict(args: argparse.Namespace) -> dict:
                      size=np.array([c], dtype=np.int64), ulysses=np.array([u], dtype=np.int64),
                      first_rank=np.array([0], dtype=np.int64))
     full = AnalyticCostModel(job, cal).group_costs(one)
-    attn = AnalyticCostModel(job, replace(cal, gemm=FREE)).group_costs(one)
-    lin = AnalyticCostModel(job, replace(cal, attn_fwd=FREE, attn_bwd=FREE)).group_costs(one)
+    kernels = replace(cal, layer_overhead_fwd_s=0.0, layer_overhead_bwd_s=0.0)
+    attn = AnalyticCostModel(job, replace(kernels, gemm=FREE)).group_costs(one)
+    lin = AnalyticCostModel(job, replace(kernels, attn_fwd=FREE, attn_bwd=FREE)).group_costs(one)
     att_f = float(fl.attention_fwd_flops(L, model)) / args.tp / c
     lin_f = L / c * fl.linear_fwd_flops_per_token(model) / args.tp
     names = {"ring": f"ring({c})", "ulysses": f"ulysses({c})", "hybrid": f"hybrid({u},{c // u})"}
@@ -110,6 +112,7 @@ def predict(args: argparse.Namespace) -> dict:
         "model": {k: getattr(model, k) for k in ("hidden", "ffn", "heads", "kv_heads", "head_dim")},
         "attention_fwd_s": float(attn.fwd_compute_s[0]), "attention_bwd_s": float(attn.bwd_compute_s[0]),
         "linear_fwd_s": float(lin.fwd_compute_s[0]), "linear_bwd_s": float(lin.bwd_compute_s[0]),
+        "overhead_fwd_s": cal.layer_overhead_fwd_s, "overhead_bwd_s": cal.layer_overhead_bwd_s,
         "cp_comm_fwd_s": float(full.fwd_comm_s[0]), "cp_comm_bwd_s": float(full.bwd_comm_s[0]),
         "total_s": float(full.total_s[0]),
         "flops": {"attention_fwd": att_f, "attention_bwd": fl.ATTENTION_BWD_FACTOR * att_f,
@@ -133,8 +136,9 @@ def run(args: argparse.Namespace) -> int:
              tf(fp["attention_fwd"], r["attention_fwd_s"]), tf(fp["attention_bwd"], r["attention_bwd_s"])],
             ["linear", ms(r["linear_fwd_s"]), ms(r["linear_bwd_s"]), tf(fp["linear_fwd"], r["linear_fwd_s"]),
              tf(fp["linear_bwd"], r["linear_bwd_s"])],
+            ["fixed per-layer overhead", ms(r["overhead_fwd_s"]), ms(r["overhead_bwd_s"]), "", ""],
             ["CP comm (exposed)", ms(r["cp_comm_fwd_s"]), ms(r["cp_comm_bwd_s"]), "", ""]]
-    fwd = r["attention_fwd_s"] + r["linear_fwd_s"] + r["cp_comm_fwd_s"]
+    fwd = r["attention_fwd_s"] + r["linear_fwd_s"] + r["overhead_fwd_s"] + r["cp_comm_fwd_s"]
     rows.append(["total", ms(fwd), ms(r["total_s"] - fwd), "", ""])
     print(format_table(rows, ["term", "fwd ms", "bwd ms", "fwd TFLOP/s", "bwd TFLOP/s"]))
     return 0

@@ -1,7 +1,9 @@
 """Check the simulator against real execution: profile → calibrate → plan → simulate → run → compare.
 
-1. profile this machine (attention, GEMMs, collectives; real_runtime.profiler) on --nproc processes;
-2. fit a calibration to the profile (cost_models.fitting);
+1. profile this machine (attention, GEMMs, whole decoder layers, collectives; real_runtime.profiler) on
+   --nproc processes;
+2. fit a calibration to the profile (cost_models.fitting), the fixed per-layer overhead included
+   (--no-layer-overhead drops it, to see what it contributes);
 3. plan a few small global batches (the tiny model, a pool of --nproc ranks, PP = 1, short lognormal
    documents) with every policy, and simulate each plan with the fitted calibration;
 4. run the same plans for real (real_runtime.runner, torch.distributed with gloo or NCCL);

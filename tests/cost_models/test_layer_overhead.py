@@ -46,7 +46,8 @@ def test_an_old_calibration_json_without_the_fields_loads_with_zero(tmp_path):
 
 
 def test_overheads_round_trip_through_json(tmp_path):
-    cal = replace(published_calibration(get_gpu("h100")), layer_overhead_fwd_s=1.5e-4, layer_overhead_bwd_s=3e-4)
+    cal = replace(published_calibration(get_gpu("h100")), layer_overhead_fwd_s=1.5e-4,
+                  layer_overhead_bwd_s=3e-4)
     p = tmp_path / "cal.json"
     p.write_text(cal.to_json())
     assert Calibration.load(p) == cal
@@ -89,7 +90,8 @@ def test_fit_uses_the_curves_fitted_from_the_same_profile():
 def test_overhead_is_clipped_at_zero_and_absent_rows_keep_the_base():
     assert fit_overhead(np.array([2.0, 3.0]), np.array([1.0, 1.5])) == 0.0
     assert fit_overhead(np.array([1.0, 10.0]), np.array([2.0, 11.0])) == pytest.approx(1.0)
-    base = replace(published_calibration(get_gpu("h100")), layer_overhead_fwd_s=1e-5, layer_overhead_bwd_s=2e-5)
+    base = replace(published_calibration(get_gpu("h100")), layer_overhead_fwd_s=1e-5,
+                   layer_overhead_bwd_s=2e-5)
     att = table([{"op": "attn_fwd", "q_len": n, "kv_len": n, "heads": 16, "head_dim": 128, "causal": 1,
                   "seconds": 1e-3 * n / 1024} for n in (512, 1024, 2048)])
     cal, report = fit_calibration(att, base, "synthetic")

@@ -20,7 +20,8 @@ from experiments.cli import main
 
 EXAMPLE = ["cost", "--gpu", "h100", "--seq-len", "32768", "--heads", "64", "--kv-heads", "4",
            "--head-dim", "128", "--cp", "1", "--json"]
-KEYS = {"attention_fwd_s", "attention_bwd_s", "linear_fwd_s", "linear_bwd_s", "cp_comm_fwd_s",
+KEYS = {"attention_fwd_s", "attention_bwd_s", "linear_fwd_s", "linear_bwd_s", "overhead_fwd_s",
+        "overhead_bwd_s", "cp_comm_fwd_s",
         "cp_comm_bwd_s", "flops", "total_s"}
 
 
@@ -116,3 +117,19 @@ def test_bad_input_exits_2_with_one_line(capsys, args, needle):
     assert main(["cost", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err
+
+
+def test_layer_overhead_is_its_own_term(tmp_path, capsys):
+    cal = default_calibration(get_gpu("h100"))
+    path = tmp_path / "overhead.json"
+    path.write_text(replace(cal, layer_overhead_fwd_s=2e-4, layer_overhead_bwd_s=5e-4).to_json())
+    args = ["cost", "--model", "llama3-8b", "--seq-len", "4096", "--json"]
+    a = run_json(capsys, args)
+    b = run_json(capsys, [*args, "--calibration", str(path)])
+    assert (a["overhead_fwd_s"], a["overhead_bwd_s"]) == (0.0, 0.0)
+    assert (b["overhead_fwd_s"], b["overhead_bwd_s"]) == (2e-4, 5e-4)
+    for k in ("attention_fwd_s", "attention_bwd_s", "linear_fwd_s", "linear_bwd_s"):
+        assert a[k] == b[k], k
+    assert b["total_s"] == pytest.approx(a["total_s"] + 7e-4)
+    assert main(["cost", "--model", "llama3-8b", "--seq-len", "4096", "--calibration", str(path)]) == 0
+    assert "fixed per-layer overhead" in capsys.readouterr().out
