@@ -72,8 +72,9 @@ class Scenario:
 
         if Path(self.trace).suffix:  # a file
             tr = traces.read_trace(self.trace)
-            batches = traces.form_batches(tr, self.global_batch_tokens, self.context_len)
-            return batches[: self.iterations]
+            # A 'step' column decides the batches itself; otherwise the token budget does.
+            budget = None if tr.step is not None else self.global_batch_tokens
+            return traces.form_batches(tr, budget, self.context_len)[: self.iterations]
         return traces.sample_batches(traces.get_preset(self.trace), self.iterations, self.global_batch_tokens,
                                      context_len=self.context_len, seed=self.seed)
 

@@ -96,3 +96,14 @@ def test_help_explains_options(capsys):
     out = capsys.readouterr().out
     for opt in ("--policies", "--trace", "--iterations", "--seed", "--json"):
         assert opt in out
+
+
+def test_trace_file_with_steps_defines_the_batches(tmp_path, capsys):
+    f = tmp_path / "steps.csv"
+    f.write_text("length,step\n" + "".join(f"{1000 + i},{i // 4}\n" for i in range(12)))
+    assert main(["compare", "--json", "--no-progress", "--policies", "static-cp", "--trace", str(f),
+                 "--iterations", "5", "--global-batch-tokens", "1000"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # three steps of four documents each, whatever the token budget says
+    r = out["results"][0]
+    assert r["tokens_per_s"] * r["iteration_time_s"] == pytest.approx((sum(range(1000, 1012))) / 3, rel=1e-6)
