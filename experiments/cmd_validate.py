@@ -66,9 +66,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--sigma", type=float, default=1.0, help="lognormal sigma of lengths (default 1.0)")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--warmup", type=int, default=1, help="untimed passes before the first iteration (default 1)")
+    w.add_argument("--repeats", type=int, default=2,
+                   help="run every policy's iterations this many times, in rounds over the policies, to measure "
+                        "the run-to-run spread (default 2; 1 = no noise estimate)")
     c = p.add_argument_group("calibration")
     c.add_argument("--profile", metavar="CSV", help="use this profile table instead of profiling again")
     c.add_argument("--full-profile", action="store_true", help="more sizes and repeats (default: quick)")
+    c.add_argument("--profile-layout", choices=("concurrent", "alone"), default="concurrent",
+                   help="compute profile on all --nproc processes at once (default: the run's contention for "
+                        "the cores is measured) or on one process alone (the uncontended machine)")
+    c.add_argument("--profile-window", type=float, metavar="S",
+                   help="compute times are means of calls over at least S timed seconds each (default 0.1, "
+                        "full profile 0.25); 0 = medians of a few calls")
     c.add_argument("--no-layer-overhead", action="store_true",
                    help="simulate without the fitted fixed per-layer overhead (kernel curves and links only), "
                         "to see what the overhead term contributes")
@@ -89,15 +98,18 @@ def _geometric(lo: int, hi: int, n: int) -> tuple[int, ...]:
 
 def profile_settings(args: argparse.Namespace, budget: int):
     """Profile sizes spanning what the workload runs: attention blocks up to the context, GEMMs and whole
-    decoder layers up to twice the per-rank budget, collectives from 16 KiB to 4 MiB."""
+    decoder layers up to twice the per-rank budget, collectives from 16 KiB to 4 MiB; compute timed in the
+    layout and over the window the arguments say."""
     from real_runtime.profiler import ProfileSettings
 
     n = 6 if args.full_profile else 4
+    window = args.profile_window if args.profile_window is not None else (0.25 if args.full_profile else 0.1)
     return ProfileSettings(attention_lengths=_geometric(32, args.context_len, n),
                            gemm_tokens=_geometric(32, 2 * budget, n),
                            layer_tokens=_geometric(32, 2 * budget, n),
                            collective_bytes=_geometric(1 << 14, 1 << 22, n),
-                           repeats=7 if args.full_profile else 3, warmup=1)
+                           repeats=7 if args.full_profile else 3, warmup=1, window_s=window,
+                           layout=args.profile_layout)
 
 
 def calibrate(profile: pd.DataFrame, args: argparse.Namespace, dtype: str):
@@ -125,8 +137,8 @@ def _prepare(args: argparse.Namespace):
     except ImportError:
         raise ScenarioError("dcpsim validate runs policies for real and needs torch: "
                             "pip install -e '.[runtime]'") from None
-    if args.nproc < 1 or args.iterations < 1 or args.tokens < 2 or args.context_len < 2:
-        raise ScenarioError("--nproc, --iterations, --tokens and --context-len must be positive")
+    if args.nproc < 1 or args.iterations < 1 or args.tokens < 2 or args.context_len < 2 or args.repeats < 1:
+        raise ScenarioError("--nproc, --iterations, --repeats, --tokens and --context-len must be positive")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,12 +156,19 @@ def _run(args: argparse.Namespace) -> int:
     from cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
     from cost_models.profile_table import read_profile
     from policies import available_policies
-    from real_runtime.compare import compare_iteration, ranking, same_ranking, summarise
+    from real_runtime.compare import (
+        compare_iteration,
+        ranking,
+        ranking_verdict,
+        run_spread,
+        same_ranking,
+        summarise,
+    )
     from real_runtime.launch import check_backend
     from real_runtime.profile import profile_job, run_profile
     from real_runtime.run import run_workloads
     from real_runtime.runner import TrainConfig
-    from real_runtime.workload import plan_workload, synthetic_batches
+    from real_runtime.workload import Workload, plan_workload, synthetic_batches
     from sim.simulate import simulate_plan
 
     out = Path(args.out)
@@ -184,22 +203,32 @@ def _run(args: argparse.Namespace) -> int:
     simulated = {w.label: [simulate_plan(s.plan, s.batch, cm).timeline.to_frame() for s in w.steps]
                  for w in workloads}
 
-    _say(args, f"running {len(workloads)} policies x {args.iterations} iteration(s) for real ...")
+    _say(args, f"running {len(workloads)} policies x {args.iterations} iteration(s) x {args.repeats} round(s) "
+               "for real ...")
     cfg = TrainConfig(model=args.model, seed=args.seed, dtype=dtype, warmup=args.warmup)
-    res = run_workloads(workloads, cfg, nproc=args.nproc, backend=args.backend, device=args.device,
+    rounds = [Workload(_round_label(w.label, j, args.repeats), w.steps) for j in range(args.repeats)
+              for w in workloads]
+    res = run_workloads(rounds, cfg, nproc=args.nproc, backend=args.backend, device=args.device,
                         out=out / "run", threads=args.threads, timeout_s=args.timeout)
 
     results: dict[str, Any] = {}
     for w in workloads:
-        its = []
+        its, by_step = [], []
         for i in range(len(w.steps)):
-            meas = res.timeline[(res.timeline.workload == w.label) & (res.timeline.iteration == i)]
-            its.append(compare_iteration(simulated[w.label][i], meas))
-        results[w.label] = {"iterations": its, "summary": summarise(its)}
+            step_times = []
+            for j in range(args.repeats):
+                tl = res.timeline
+                meas = tl[(tl.workload == _round_label(w.label, j, args.repeats)) & (tl.iteration == i)]
+                its.append(compare_iteration(simulated[w.label][i], meas) | {"iteration": i, "round": j})
+                step_times.append(its[-1]["measured_s"])
+            by_step.append(step_times)
+        results[w.label] = {"iterations": its, "summary": summarise(its) | {"spread": run_spread(by_step)}}
     write_files(out, workloads, simulated, results)
     predicted = {k: v["summary"]["predicted_iteration_s"] for k, v in results.items()}
     measured = {k: v["summary"]["measured_iteration_s"] for k, v in results.items()}
+    spread = {k: v["summary"]["spread"] for k, v in results.items()}
     sim_rank, meas_rank = ranking(predicted), ranking(measured)
+    verdict = ranking_verdict(predicted, measured, spread)
     plot = args.plot or str(out / "validate.png")
     write_plot(results, plot)
     fit_terms = {t.key: {"how": t.how, "mape": t.mape} for t in report.terms if ":" not in t.key}
@@ -209,7 +238,8 @@ def _run(args: argparse.Namespace) -> int:
            "fit": fit_terms, "skipped": skipped, "out": str(out), "plot": plot,
            "policies": {k: v["summary"] for k, v in results.items()},
            "microbatches": _microbatch_records(results),
-           "ranking": {"simulated": sim_rank, "measured": meas_rank, "same": same_ranking(predicted, measured)}}
+           "ranking": {"simulated": sim_rank, "measured": meas_rank, "same": same_ranking(predicted, measured),
+                       "spread": spread} | verdict}
     text = json.dumps(doc, sort_keys=True, default=float)
     (out / "validate.json").write_text(text + "\n")
     if args.json:
@@ -219,12 +249,18 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _round_label(label: str, j: int, rounds: int) -> str:
+    """The run's workload label of round ``j`` of a policy (the policy's own label with one round)."""
+    return label if rounds == 1 else f"{label}#{j}"
+
+
 def _microbatch_records(results: dict[str, Any]) -> list[dict[str, Any]]:
     recs = []
     for label, r in results.items():
-        for i, it in enumerate(r["iterations"]):
+        for it in r["iterations"]:
             for row in it["microbatch"].to_dict("records"):
-                recs.append({"policy": label, "iteration": i, "microbatch": int(row["microbatch"]),
+                recs.append({"policy": label, "iteration": it["iteration"], "round": it["round"],
+                             "microbatch": int(row["microbatch"]),
                              "ranks": int(row["ranks"]), "predicted_s": float(row["predicted_s"]),
                              "measured_s": float(row["measured_s"]), "ape": float(row["ape"])})
     return recs
@@ -237,26 +273,37 @@ def write_files(out: Path, workloads, simulated, results) -> None:
     pd.DataFrame(_microbatch_records(results)).to_csv(out / "errors.csv", index=False)
 
 
+def print_ranking(rk: dict[str, Any]) -> None:
+    """The ranking lines: both orders, the verdict, and each pair's measured difference beside the noise."""
+    print(f"\nranking by iteration time: simulated {' < '.join(rk['simulated'])}; measured "
+          f"{' < '.join(rk['measured'])}: {rk['verdict'].upper() if rk['verdict'] == 'different' else rk['verdict']}")
+    for a, b, diff, noise, agrees, resolved in rk["pairs"]:
+        noise_text = "not measured" if math.isnan(noise) else f"{noise:.1%}"
+        print(f"  {a} vs {b}: {'agrees' if agrees else 'disagrees'}, measured difference {diff:.1%}, run-to-run "
+              f"spread {noise_text}: {'resolved' if resolved else 'within noise'}")
+    print("  (rule: predicted times within 2% are ties and not compared; a measured difference is resolved when "
+          "it exceeds the larger run-to-run spread of the pair, spread = per iteration, (max - min) / mean over "
+          "the --repeats rounds, averaged over iterations; 'same within noise' = every disagreeing pair is "
+          "within noise)")
+
+
 def print_report(doc: dict[str, Any]) -> None:
     """The per-microbatch table, the per-policy summary, the ranking line, the fit and what was written."""
     def pct(v: float) -> str:
         return "-" if math.isnan(v) else f"{v:.1%}"
 
-    rows = [[r["policy"], str(r["iteration"]), str(r["microbatch"]), str(r["ranks"]),
+    rows = [[r["policy"], str(r["iteration"]), str(r["round"]), str(r["microbatch"]), str(r["ranks"]),
              f"{r['predicted_s'] * 1e3:.1f}", f"{r['measured_s'] * 1e3:.1f}", pct(r["ape"])]
             for r in doc["microbatches"]]
     print("per-microbatch prediction error (max over ranks of compute + exposed CP comm, F + B):")
-    print(format_table(rows, ["policy", "iter", "mb", "ranks", "sim ms", "real ms", "error"]))
+    print(format_table(rows, ["policy", "iter", "round", "mb", "ranks", "sim ms", "real ms", "error"]))
     rows = [[k, str(s["microbatches"]), pct(s["rank_microbatch_mape"]), f"{s['compute_ratio_median']:.2f}",
              pct(s["microbatch_mape"]), f"{s['predicted_iteration_s']:.3f}", f"{s['measured_iteration_s']:.3f}",
-             pct(s["iteration_mape"])] for k, s in doc["policies"].items()]
+             pct(s["spread"]), pct(s["iteration_mape"])] for k, s in doc["policies"].items()]
     print()
     print(format_table(rows, ["policy", "mbs", "rank-mb MAPE", "sim/real", "mb MAPE", "sim iter s",
-                              "real iter s", "iter MAPE"]))
-    rk = doc["ranking"]
-    print(f"\nranking by iteration time: simulated {' < '.join(rk['simulated'])}; measured "
-          f"{' < '.join(rk['measured'])}: {'same' if rk['same'] else 'DIFFERENT'} (predicted times within 2% "
-          f"count as ties)")
+                              "real iter s", "real spread", "iter MAPE"]))
+    print_ranking(doc["ranking"])
     def term(k: str, v: dict[str, Any]) -> str:
         value = f" {v['seconds'] * 1e6:.0f} us" if "seconds" in v else ""
         return f"{k}{value} {v['how']} (MAPE {pct(v['mape'])})"

@@ -103,3 +103,43 @@ def same_ranking(predicted: Mapping[str, float], measured: Mapping[str, float], 
             if (pa < pb) != (measured[a] < measured[b]):
                 return False
     return True
+
+
+def run_spread(repeats_by_step: Sequence[Sequence[float]]) -> float:
+    """Run-to-run spread of measured iteration times: per step (one batch and plan, run several times), the
+    range of its times over their mean; the mean over steps. ``nan`` when no step ran twice."""
+    spreads = [(max(ts) - min(ts)) / float(np.mean(ts)) for ts in repeats_by_step if len(ts) > 1 and np.mean(ts) > 0]
+    return float(np.mean(spreads)) if spreads else float("nan")
+
+
+def ranking_verdict(predicted: Mapping[str, float], measured: Mapping[str, float], spread: Mapping[str, float],
+                    tie: float = 0.02) -> dict[str, object]:
+    """Compare the orderings pair by pair, knowing the measurement's noise.
+
+    A pair is a predicted tie when its predicted times are within ``tie`` (relative); otherwise it *agrees*
+    when measurement orders it as the prediction does. Its measured difference is *resolved* when
+    ``|m_a − m_b| / max(m_a, m_b)`` exceeds the larger of the two policies' run-to-run spreads
+    (:func:`run_spread`); an unresolved difference is within the noise and could go either way on a rerun.
+    Verdict: ``same`` (every non-tied pair agrees), ``same within noise`` (every pair that disagrees is
+    unresolved), else ``different``. Unmeasured spreads (``nan``) resolve every difference. Returns the
+    verdict, the counts of pairs that agree / disagree, how many of each are resolved, and per pair
+    ``(a, b, relative difference, noise, agrees, resolved)``.
+    """
+    keys = list(predicted)
+    pairs = []
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            pa, pb = predicted[a], predicted[b]
+            if abs(pa - pb) <= tie * max(pa, pb):
+                continue
+            ma, mb = measured[a], measured[b]
+            diff = abs(ma - mb) / max(ma, mb)
+            known = [s for s in (spread.get(a, float("nan")), spread.get(b, float("nan"))) if not np.isnan(s)]
+            noise = max(known) if known else float("nan")
+            resolved = bool(np.isnan(noise) or diff > noise)
+            pairs.append((a, b, float(diff), float(noise), bool((pa < pb) == (ma < mb)), resolved))
+    disagree = [p for p in pairs if not p[4]]
+    verdict = "same" if not disagree else ("same within noise" if not any(p[5] for p in disagree) else "different")
+    return {"verdict": verdict, "agree": len(pairs) - len(disagree), "disagree": len(disagree),
+            "agree_resolved": sum(1 for p in pairs if p[4] and p[5]),
+            "disagree_resolved": sum(1 for p in disagree if p[5]), "pairs": pairs}

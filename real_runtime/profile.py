@@ -9,9 +9,11 @@ Examples::
 
 Then ``dcpsim calibrate profile.csv -o cal.json --gpu h200`` fits a calibration. The table's schema is that of
 :mod:`cost_models.profile_table`; what is measured is described in :mod:`real_runtime.profiler`. With several
-processes, every process runs the compute profile at the same time (on a GPU node each has its own GPU; on a
-CPU host this reproduces the contention of a multi-process run) and rank 0's rows are kept; then all of them
-time the collectives.
+processes, the compute profile's layout is ``concurrent`` by default: every process times the same ops at the
+same time, each measurement after a barrier, and the processes' times are averaged (on a GPU node each has its
+own GPU; on a CPU host with fewer cores than processes this puts a run's contention for the cores into the
+measurement); ``--layout alone`` times compute on rank 0 while the others wait. Then all of them time the
+collectives. The profile's ``source`` column says which layout and statistic were used.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
 from real_runtime.options import BACKENDS
+from real_runtime.profile_timing import LAYOUTS
 from real_runtime.profiler import ProfileSettings
 
 DTYPE_NAMES = ("float32", "bfloat16")
@@ -38,24 +42,44 @@ def profile_worker(rank: int, world: int, job: dict[str, Any]) -> None:
     """One process of a profile run (collective when ``world > 1``); rank 0 writes ``job["out"]``."""
     from cost_models.presets import get_model
     from real_runtime.launch import local_device
-    from real_runtime.profiler import profile_collectives, profile_compute, write_rows
+    from real_runtime.profile_timing import describe, mean_over_processes
+    from real_runtime.profiler import layer_burst, profile_compute, write_rows
+    from real_runtime.profiler_comm import profile_collectives
 
     settings = ProfileSettings.from_dict(job["settings"])
     device = local_device(job["device"], int(job.get("local_rank", rank)))
     dtype = _dtype(job["dtype"])
-    source = f"real_runtime.profiler ({job['backend']}, {job['dtype']}, {world} process(es))"
-    rows = profile_compute(get_model(job["model"]), device, dtype, settings, job.get("attention_backend", "auto"),
-                           source)
-    if world > 1:
-        rows += profile_collectives(settings.collective_bytes, device, dtype, settings, source)
+    layout = settings.layout if world > 1 else "alone"
+    source = (f"real_runtime.profiler ({job['backend']}, {job['dtype']}, {world} process(es); "
+              f"{describe(layout, world, settings.repeats, settings.window_s)})")
+    spec, attention = get_model(job["model"]), job.get("attention_backend", "auto")
+    if world == 1:
+        rows = profile_compute(spec, device, dtype, settings, attention, source)
+    else:
+        import torch.distributed as dist
+
+        together = layout == "concurrent"
+        rows = (profile_compute(spec, device, dtype, settings, attention, source,
+                                sync=dist.barrier if together else None) if together or rank == 0 else [])
+        if together:
+            gathered: list[Any] | None = [None] * world if rank == 0 else None
+            dist.gather_object(rows, gathered, dst=0)
+            rows = mean_over_processes(gathered) if gathered is not None else []
+        else:
+            dist.barrier()
+        burst = layer_burst(spec, sorted(settings.layer_tokens)[len(settings.layer_tokens) // 2], device, dtype,
+                            attention) if together else None
+        rows += profile_collectives(settings.collective_bytes, device, dtype, settings, source, burst=burst)
     if rank == 0:
         write_rows(rows, job["out"])
 
 
 def profile_job(out: str, *, model: str = "tiny", device: str = "cpu", dtype: str | None = None,
-                backend: str = "gloo", quick: bool = False, attention_backend: str = "auto") -> dict[str, Any]:
-    """The picklable description of a profile run (``dtype`` default: bfloat16 on CUDA, float32 on CPU)."""
-    settings = ProfileSettings.quick() if quick else ProfileSettings()
+                backend: str = "gloo", quick: bool = False, attention_backend: str = "auto",
+                layout: str = "concurrent") -> dict[str, Any]:
+    """The picklable description of a profile run (``dtype`` default: bfloat16 on CUDA, float32 on CPU;
+    ``layout`` of the compute profile with several processes: ``concurrent`` or ``alone``)."""
+    settings = replace(ProfileSettings.quick() if quick else ProfileSettings(), layout=layout)
     return {"out": str(out), "model": model, "device": device, "backend": backend,
             "dtype": dtype or ("bfloat16" if device == "cuda" else "float32"), "settings": settings.to_dict(),
             "attention_backend": attention_backend}
@@ -85,13 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKENDS, default="gloo")
     p.add_argument("--attention-backend", default="auto", help="auto, math or flash (default auto)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    p.add_argument("--layout", choices=LAYOUTS, default="concurrent",
+                   help="compute profile with several processes: all at once (concurrent, default: the "
+                        "contention of a run) or rank 0 alone")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     job = profile_job(args.out, model=args.model, device=args.device, dtype=args.dtype, backend=args.backend,
-                      quick=args.quick, attention_backend=args.attention_backend)
+                      quick=args.quick, attention_backend=args.attention_backend, layout=args.layout)
     try:
         if in_torchrun():
             import torch.distributed as dist

@@ -24,14 +24,15 @@ The rows follow the profile-table schema of :mod:`cost_models.profile_table` (on
   send/recv message). ``link`` is ``nvlink`` when the group's processes share a host (the schema's name for
   "inside a node"), else ``network``. An operation the backend lacks is skipped, not faked.
 
-Every time is the median of ``repeats`` calls after ``warmup`` untimed ones, read with a device-synchronising
-clock. Collective calls start after a barrier of their group, and rank 0 reports its time.
+Compute times are read with a device-synchronising clock after ``warmup`` untimed calls, as the settings'
+``window_s`` says: the mean of calls over a window of at least ``window_s`` timed seconds, or (``window_s``
+= 0) the median of ``repeats`` calls; with several processes they run concurrently or on rank 0 alone
+(``layout``; :mod:`real_runtime.profile_timing` explains both choices). A collective's time is the median of
+``repeats`` calls, each after a barrier of its group, and rank 0 reports it.
 """
 
 from __future__ import annotations
 
-import socket
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -43,9 +44,8 @@ import torch.nn.functional as F
 from cost_models.specs import ModelSpec
 from real_runtime.attention import resolve_backend, varlen_attention
 from real_runtime.model import Block, rope_cos_sin
+from real_runtime.profile_timing import LAYOUTS, Timer
 from real_runtime.timing import Clock
-
-COLLECTIVE_OPS = ("send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce")
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,28 @@ class ProfileSettings:
     collective_bytes: tuple[int, ...] = (1 << 14, 1 << 17, 1 << 20, 1 << 22)
     repeats: int = 7
     warmup: int = 1
+    window_s: float = 0.2
+    """compute: mean of calls over at least this many timed seconds per measurement; 0 = median of repeats"""
+    layout: str = "concurrent"
+    """compute with several processes: ``concurrent`` (all time the same ops at once) or ``alone`` (rank 0)"""
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"profile layout {self.layout!r} is unknown; valid: {', '.join(LAYOUTS)}")
+        if self.window_s < 0 or self.repeats < 1 or self.warmup < 0:
+            raise ValueError(f"window_s ({self.window_s}) ≥ 0, repeats ({self.repeats}) ≥ 1 and warmup "
+                             f"({self.warmup}) ≥ 0 required")
 
     @staticmethod
     def quick() -> ProfileSettings:
-        """A short profile (a few seconds on a CPU): fewer sizes and repeats."""
+        """A short profile (a few seconds on a CPU): fewer sizes and repeats, shorter windows."""
         return ProfileSettings(attention_lengths=(64, 256, 1024), gemm_tokens=(64, 512, 2048),
-                               layer_tokens=(32, 128, 512), collective_bytes=(1 << 14, 1 << 18, 1 << 21), repeats=3, warmup=1)
+                               layer_tokens=(32, 128, 512), collective_bytes=(1 << 14, 1 << 18, 1 << 21), repeats=3,
+                               warmup=1, window_s=0.1)
+
+    def timer(self, device: torch.device, sync: Callable[[], Any] | None = None) -> Timer:
+        """The :class:`~real_runtime.profile_timing.Timer` of compute measurements on ``device``."""
+        return Timer(Clock(device), self.repeats, self.warmup, self.window_s, sync)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,20 +101,6 @@ def device_name(device: torch.device) -> str:
     return name.replace(" ", "-")
 
 
-def median_seconds(fn: Callable[[], Any], clock: Clock, repeats: int, warmup: int,
-                   setup: Callable[[], Any] | None = None) -> float:
-    """Median time of ``fn(setup())`` (or ``fn()``) over ``repeats`` calls after ``warmup`` untimed ones."""
-    times = []
-    for i in range(warmup + repeats):
-        arg = setup() if setup is not None else None
-        t0 = clock.now()
-        fn(arg) if setup is not None else fn()
-        t1 = clock.now()
-        if i >= warmup:
-            times.append(t1 - t0)
-    return max(statistics.median(times), 1e-9)
-
-
 def _base_row(op: str, device: str, source: str) -> dict[str, Any]:
     return {"op": op, "kernel": "", "q_len": None, "kv_len": None, "batch": None, "heads": None,
             "kv_heads": None, "head_dim": None, "causal": None, "tokens": None, "in_features": None,
@@ -106,26 +108,31 @@ def _base_row(op: str, device: str, source: str) -> dict[str, Any]:
             "seconds": None, "source": source}
 
 
+def profile_row(op: str, device: str, source: str, **fields: Any) -> dict[str, Any]:
+    """A profile-table row of ``op``: every column, ``fields`` set, the others empty."""
+    return _base_row(op, device, source) | fields
+
+
 def _time_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, kernel: Any,
-                    clock: Clock, settings: ProfileSettings) -> tuple[float, float]:
-    """Median forward and backward seconds of causal ``varlen_attention`` over one document."""
+                    timer: Timer) -> tuple[float, float]:
+    """Forward and backward seconds of causal ``varlen_attention`` over one document."""
     cu = (0, q.shape[0])
-    fwd = median_seconds(lambda: varlen_attention(q, k, v, cu, backend=kernel), clock, settings.repeats,
-                         settings.warmup)
+    fwd = timer.seconds(lambda: varlen_attention(q, k, v, cu, backend=kernel))
 
     def forward_for_backward() -> torch.Tensor:
         qs, ks, vs = (t.detach().requires_grad_() for t in (q, k, v))
         return varlen_attention(qs, ks, vs, cu, backend=kernel)
 
-    bwd = median_seconds(lambda out: out.backward(dout), clock, settings.repeats, settings.warmup,
-                         setup=forward_for_backward)
+    bwd = timer.seconds(lambda out: out.backward(dout), setup=forward_for_backward)
     return fwd, bwd
 
 
 def profile_attention(spec: ModelSpec, lengths: Sequence[int], device: torch.device, dtype: torch.dtype,
-                      settings: ProfileSettings, backend: str = "auto", source: str = "") -> list[dict[str, Any]]:
-    """Causal forward and backward of one document of every length in ``lengths``."""
-    clock, dev = Clock(device), device_name(device)
+                      settings: ProfileSettings, backend: str = "auto", source: str = "",
+                      sync: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
+    """Causal forward and backward of one document of every length in ``lengths`` (``sync``: called before
+    every measurement, a barrier of the processes profiling concurrently)."""
+    timer, dev = settings.timer(device, sync), device_name(device)
     rows = []
     for n in lengths:
         gen = torch.Generator(device="cpu").manual_seed(n)
@@ -134,7 +141,7 @@ def profile_attention(spec: ModelSpec, lengths: Sequence[int], device: torch.dev
         v = torch.randn(n, spec.kv_heads, spec.head_dim, generator=gen).to(device, dtype)
         dout = torch.randn(n, spec.heads, spec.head_dim, generator=gen).to(device, dtype)
         kernel = resolve_backend(backend, q)
-        fwd, bwd = _time_attention(q, k, v, dout, kernel, clock, settings)
+        fwd, bwd = _time_attention(q, k, v, dout, kernel, timer)
         for op, sec in (("attn_fwd", fwd), ("attn_bwd", bwd)):
             rows.append(_base_row(op, dev, source) | {
                 "kernel": kernel.name, "q_len": n, "kv_len": n, "batch": 1, "heads": spec.heads,
@@ -150,15 +157,16 @@ def linear_shapes(spec: ModelSpec) -> list[tuple[int, int]]:
 
 
 def profile_gemms(spec: ModelSpec, tokens: Sequence[int], device: torch.device, dtype: torch.dtype,
-                  settings: ProfileSettings, source: str = "") -> list[dict[str, Any]]:
+                  settings: ProfileSettings, source: str = "",
+                  sync: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
     """Forward GEMMs of the layer's linear shapes at every token count."""
-    clock, dev = Clock(device), device_name(device)
+    timer, dev = settings.timer(device, sync), device_name(device)
     rows = []
     for fin, fout in linear_shapes(spec):
         w = torch.randn(fout, fin, device=device, dtype=dtype) * 0.02
         for m in tokens:
             x = torch.randn(m, fin, device=device, dtype=dtype)
-            sec = median_seconds(partial(F.linear, x, w), clock, settings.repeats, settings.warmup)
+            sec = timer.seconds(partial(F.linear, x, w))
             rows.append(_base_row("gemm", dev, source) | {"tokens": m, "in_features": fin, "out_features": fout,
                                                          "seconds": sec})
     return rows
@@ -203,16 +211,17 @@ def _layer_calls(block: Block, n: int, device: torch.device, dtype: torch.dtype,
 
 
 def profile_layers(spec: ModelSpec, tokens: Sequence[int], device: torch.device, dtype: torch.dtype,
-                   settings: ProfileSettings, backend: str = "auto", source: str = "") -> list[dict[str, Any]]:
+                   settings: ProfileSettings, backend: str = "auto", source: str = "",
+                   sync: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
     """Forward and backward of one decoder layer over one causal document of every count in ``tokens``."""
-    clock, dev = Clock(device), device_name(device)
+    timer, dev = settings.timer(device, sync), device_name(device)
     block = _layer(spec, device)
     kernel = resolve_backend(backend, torch.empty(1, 1, spec.head_dim, device=device, dtype=dtype))
     rows = []
     for n in tokens:
         forward, backward = _layer_calls(block, n, device, dtype, kernel)
-        fwd = median_seconds(forward, clock, settings.repeats, settings.warmup)
-        bwd = median_seconds(backward, clock, settings.repeats, settings.warmup, setup=forward)
+        fwd = timer.seconds(forward)
+        bwd = timer.seconds(backward, setup=forward)
         block.zero_grad(set_to_none=True)
         for op, sec in (("layer_fwd", fwd), ("layer_bwd", bwd)):
             rows.append(_base_row(op, dev, source) | {
@@ -223,94 +232,29 @@ def profile_layers(spec: ModelSpec, tokens: Sequence[int], device: torch.device,
 
 
 def profile_compute(spec: ModelSpec, device: torch.device, dtype: torch.dtype, settings: ProfileSettings,
-                    backend: str = "auto", source: str = "") -> list[dict[str, Any]]:
-    """Attention, GEMM and decoder-layer rows (no process group needed)."""
+                    backend: str = "auto", source: str = "", sync: Callable[[], Any] | None = None
+                    ) -> list[dict[str, Any]]:
+    """Attention, GEMM and decoder-layer rows on this process (no process group needed). ``sync`` is called
+    before every measurement: a barrier when several processes profile concurrently, so that each
+    measurement of one process overlaps the same measurement of the others."""
     with torch.no_grad():
-        gemms = profile_gemms(spec, settings.gemm_tokens, device, dtype, settings, source)
-    return (profile_attention(spec, settings.attention_lengths, device, dtype, settings, backend, source) + gemms
-            + profile_layers(spec, settings.layer_tokens, device, dtype, settings, backend, source))
+        gemms = profile_gemms(spec, settings.gemm_tokens, device, dtype, settings, source, sync)
+    return (profile_attention(spec, settings.attention_lengths, device, dtype, settings, backend, source, sync)
+            + gemms + profile_layers(spec, settings.layer_tokens, device, dtype, settings, backend, source, sync))
 
 
-# ---- collectives --------------------------------------------------------------------------------------------
-def _group_sizes(world: int) -> list[int]:
-    sizes, g = [], 2
-    while g <= world:
-        sizes.append(g)
-        g *= 2
-    return sizes
+def layer_burst(spec: ModelSpec, tokens: int, device: torch.device, dtype: torch.dtype,
+                backend: str = "auto") -> Callable[[], Any]:
+    """A compute burst: one decoder layer's forward (no autograd) over one causal document of ``tokens`` tokens,
+    the work a CP group's rank does between two of its synchronisations (see :mod:`real_runtime.profiler_comm`)."""
+    block = _layer(spec, device)
+    kernel = resolve_backend(backend, torch.empty(1, 1, spec.head_dim, device=device, dtype=dtype))
+    forward, _ = _layer_calls(block, tokens, device, dtype, kernel)
 
-
-def _collective_call(op: str, nbytes: int, g: int, rank: int, pg: Any, device: torch.device,
-                     dtype: torch.dtype) -> Callable[[], Any]:
-    import torch.distributed as dist
-
-    elem = torch.tensor([], dtype=dtype).element_size()
-    numel = max(g, nbytes // elem // g * g)
-    buf = torch.ones(numel, device=device, dtype=dtype)
-    if op == "send_recv":
-        peer = 1 - rank
-        recv = torch.empty_like(buf)
-
-        def call() -> None:
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, peer, pg),
-                                           dist.P2POp(dist.irecv, recv, peer, pg)])
-            for r in reqs:
-                r.wait()
-        return call
-    if op == "all_to_all":
-        out = torch.empty_like(buf)
-        return lambda: dist.all_to_all_single(out, buf, group=pg)
-    if op == "all_gather":  # the *_single names replace *_into_tensor / *_tensor in recent torch
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        part = buf[: numel // g].clone()
-        return lambda: gather(buf, part, group=pg)
-    if op == "reduce_scatter":
-        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        part = torch.empty(numel // g, device=device, dtype=dtype)
-        return lambda: scatter(part, buf, group=pg)
-    return lambda: dist.all_reduce(buf, group=pg)
-
-
-def profile_collectives(sizes: Sequence[int], device: torch.device, dtype: torch.dtype, settings: ProfileSettings,
-                        source: str = "", ops: Sequence[str] = COLLECTIVE_OPS) -> list[dict[str, Any]]:
-    """Collectives over aligned groups of every power-of-two size (collective over the world; rows on rank 0
-    only, empty elsewhere and for a world of one)."""
-    import torch.distributed as dist
-
-    rank, world = dist.get_rank(), dist.get_world_size()
-    hosts: list[Any] = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname())
-    clock, dev = Clock(device), device_name(device)
-    groups = {g: dist.new_group(list(range(g))) for g in _group_sizes(world)}  # same order on every process
-    rows = []
-    for g, pg in groups.items():
-        if rank >= g:
-            continue
-        link = "nvlink" if len(set(hosts[:g])) == 1 else "network"
-        for op in ops:
-            if op == "send_recv" and g != 2:
-                continue
-            for nbytes in sizes:
-                call = _collective_call(op, nbytes, g, rank, pg, device, dtype)
-                try:
-                    times = []
-                    for i in range(settings.warmup + settings.repeats):
-                        dist.barrier(group=pg)
-                        t0 = clock.now()
-                        call()
-                        t1 = clock.now()
-                        if i >= settings.warmup:
-                            times.append(t1 - t0)
-                except RuntimeError as e:  # e.g. an op this backend does not implement: skip it everywhere
-                    if rank == 0:
-                        print(f"profiler: skipping {op} on {g} ranks: {str(e).splitlines()[0]}")
-                    break
-                if rank == 0:
-                    elem = torch.tensor([], dtype=dtype).element_size()
-                    real_bytes = max(g, nbytes // elem // g * g) * elem
-                    rows.append(_base_row(op, dev, source) | {"bytes": real_bytes, "group_size": g, "link": link,
-                                                             "seconds": max(statistics.median(times), 1e-9)})
-    return rows
+    def burst() -> None:
+        with torch.no_grad():
+            forward()
+    return burst
 
 
 def to_frame(rows: list[dict[str, Any]]):
