@@ -283,8 +283,8 @@ def print_ranking(rk: dict[str, Any]) -> None:
               f"spread {noise_text}: {'resolved' if resolved else 'within noise'}")
     print("  (rule: predicted times within 2% are ties and not compared; a measured difference is resolved when "
           "it exceeds the larger run-to-run spread of the pair, spread = per iteration, (max - min) / mean over "
-          "the --repeats rounds, averaged over iterations; 'same within noise' = every disagreeing pair is "
-          "within noise)")
+          "the --repeats rounds, averaged over iterations; 'same' = every pair agrees and is resolved, 'same "
+          "within noise' = no resolved pair disagrees but some pair is within noise)")
 
 
 def print_report(doc: dict[str, Any]) -> None:

@@ -120,8 +120,9 @@ def ranking_verdict(predicted: Mapping[str, float], measured: Mapping[str, float
     when measurement orders it as the prediction does. Its measured difference is *resolved* when
     ``|m_a − m_b| / max(m_a, m_b)`` exceeds the larger of the two policies' run-to-run spreads
     (:func:`run_spread`); an unresolved difference is within the noise and could go either way on a rerun.
-    Verdict: ``same`` (every non-tied pair agrees), ``same within noise`` (every pair that disagrees is
-    unresolved), else ``different``. Unmeasured spreads (``nan``) resolve every difference. Returns the
+    Verdict: ``same`` (every non-tied pair agrees and is resolved), ``same within noise`` (no resolved pair
+    disagrees, but some pair is unresolved: the order is decided, or contradicted, by differences smaller
+    than the noise), else ``different``. Unmeasured spreads (``nan``) resolve every difference. Returns the
     verdict, the counts of pairs that agree / disagree, how many of each are resolved, and per pair
     ``(a, b, relative difference, noise, agrees, resolved)``.
     """
@@ -139,7 +140,10 @@ def ranking_verdict(predicted: Mapping[str, float], measured: Mapping[str, float
             resolved = bool(np.isnan(noise) or diff > noise)
             pairs.append((a, b, float(diff), float(noise), bool((pa < pb) == (ma < mb)), resolved))
     disagree = [p for p in pairs if not p[4]]
-    verdict = "same" if not disagree else ("same within noise" if not any(p[5] for p in disagree) else "different")
+    if any(p[5] for p in disagree):
+        verdict = "different"
+    else:
+        verdict = "same" if all(p[5] for p in pairs) else "same within noise"
     return {"verdict": verdict, "agree": len(pairs) - len(disagree), "disagree": len(disagree),
             "agree_resolved": sum(1 for p in pairs if p[4] and p[5]),
             "disagree_resolved": sum(1 for p in disagree if p[5]), "pairs": pairs}

@@ -2,6 +2,7 @@
 
 import builtins
 import json
+import math
 
 import pytest
 
@@ -30,7 +31,8 @@ def test_prints_per_microbatch_errors_and_ranking(validated):
     assert "per-microbatch prediction error" in text
     assert "rank-mb MAPE" in text and "iter MAPE" in text
     ranking = [ln for ln in text.splitlines() if ln.startswith("ranking by iteration time")]
-    assert len(ranking) == 1 and ("same" in ranking[0] or "DIFFERENT" in ranking[0])
+    assert len(ranking) == 1 and any(v in ranking[0] for v in ("same", "same within noise", "DIFFERENT"))
+    assert "real spread" in text and "run-to-run spread" in text and "(rule:" in text
     for policy in ("static-cp", "mcore-dcp", "hydra"):
         assert policy in text
 
@@ -51,7 +53,9 @@ def test_writes_profile_calibration_errors_and_plot(validated):
     import pandas as pd
 
     err = pd.read_csv(out / "errors.csv")
-    assert set(err.columns) >= {"policy", "iteration", "microbatch", "predicted_s", "measured_s", "ape"}
+    assert set(err.columns) >= {"policy", "iteration", "round", "microbatch", "predicted_s", "measured_s", "ape"}
+    assert set(err["round"]) == {0, 1}  # --repeats 2 (the default): two rounds over the policies
+    assert "compute timed concurrently on 4 processes" in prof.source.iloc[0]
     assert (err.measured_s > 0).all() and (err.predicted_s > 0).all()
 
 
@@ -69,15 +73,24 @@ def test_json_document_and_unknown_policy_skipped(validated):
         assert 0 <= s["iteration_mape"] and 0 <= s["microbatch_mape"] and 0 <= s["rank_microbatch_mape"]
     assert sorted(doc["ranking"]["simulated"]) == sorted(doc["ranking"]["measured"]) == sorted(doc["policies"])
     assert isinstance(doc["ranking"]["same"], bool)
+    rk = doc["ranking"]
+    assert rk["verdict"] in ("same", "same within noise", "different")
+    assert rk["agree"] + rk["disagree"] == len(rk["pairs"]) <= 3
+    assert all(s >= 0 for s in rk["spread"].values()) and sorted(rk["spread"]) == sorted(doc["policies"])
+    unresolved = sum(1 for p in rk["pairs"] if not p[5])
+    assert (rk["verdict"] == "same") == (rk["disagree"] == 0 and unresolved == 0)
+    assert (rk["verdict"] == "different") == (rk["disagree_resolved"] > 0)
     assert len(doc["microbatches"]) == sum(s["microbatches"] for s in doc["policies"].values())
 
 
 def test_no_layer_overhead_reuses_the_profile_and_zeroes_the_term(validated, tmp_path, capsys):
     _, _, out = validated
     args = [*SMALL, "--policies", "static-cp", "--profile", str(out / "profile.csv"), "--no-layer-overhead",
-            "--out", str(tmp_path), "--json"]
+            "--repeats", "1", "--out", str(tmp_path), "--json"]
     assert main(["validate", *args]) == 0
     doc = json.loads(capsys.readouterr().out)
+    assert math.isnan(doc["ranking"]["spread"]["static-cp"])  # one round: no noise estimate
+    assert doc["ranking"]["verdict"] == "same" and doc["ranking"]["pairs"] == []
     assert doc["calibration"] == "validate-cpu-no-layer-overhead"
     assert doc["fit"]["layer_overhead_fwd_s"]["seconds"] == 0 == doc["fit"]["layer_overhead_bwd_s"]["seconds"]
 
@@ -85,6 +98,8 @@ def test_no_layer_overhead_reuses_the_profile_and_zeroes_the_term(validated, tmp
 def test_clear_errors(capsys, monkeypatch, tmp_path):
     assert main(["validate", "--policies", "nope", "--out", str(tmp_path)]) == 2
     assert "none of the policies" in capsys.readouterr().err
+    assert main(["validate", "--repeats", "0", "--out", str(tmp_path)]) == 2
+    assert "--repeats" in capsys.readouterr().err
     real_import = builtins.__import__
 
     def no_torch(name, *args, **kwargs):

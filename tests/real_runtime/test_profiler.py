@@ -14,7 +14,7 @@ from real_runtime.profile import profile_job, run_profile
 from real_runtime.profiler import ProfileSettings, linear_shapes, profile_compute, write_rows
 
 TINY = ProfileSettings(attention_lengths=(32, 96, 256), gemm_tokens=(16, 64, 256), layer_tokens=(16, 64),
-                       collective_bytes=(1 << 12, 1 << 16), repeats=2, warmup=1)
+                       collective_bytes=(1 << 12, 1 << 16), repeats=2, warmup=1, window_s=0.005)
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +53,30 @@ def test_fitter_accepts_the_profile(compute_csv):
     assert cal.layer_overhead_fwd_s >= 0 and cal.layer_overhead_bwd_s >= 0
 
 
-def test_collectives_on_two_processes(tmp_path):
+@pytest.mark.parametrize("layout", ["concurrent", "alone"])
+def test_two_processes_in_either_layout(tmp_path, layout):
     out = tmp_path / "coll.csv"
-    job = profile_job(str(out), quick=True)
-    job["settings"] = TINY.to_dict()
+    job = profile_job(str(out), quick=True, layout=layout)
+    job["settings"] = dict(TINY.to_dict(), layout=layout)
     run_profile(job, nproc=2, timeout_s=120)
     df = read_profile(out)
     coll = df[~df.op.isin(COMPUTE_OPS)]
     assert set(coll.op) == {"send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce"}
     assert (coll.group_size == 2).all() and (coll.link == "nvlink").all() and (coll.seconds > 0).all()
     assert set(coll.bytes) == {1 << 12, 1 << 16}
+    compute = df[df.op.isin(COMPUTE_OPS)]
+    assert len(compute) == len(linear_shapes(get_model("tiny"))) * 3 + 3 * 2 + 2 * 2 and (compute.seconds > 0).all()
+    expect = ("compute timed concurrently on 2 processes, mean of >= 5 ms of calls, averaged over processes"
+              if layout == "concurrent" else "compute timed on 1 process alone, mean of >= 5 ms of calls")
+    assert set(df.source) == {f"real_runtime.profiler (gloo, float32, 2 process(es); {expect})"}
+
+
+def test_command_line_layout_option(tmp_path):
+    with pytest.raises(SystemExit):
+        profile_main(["--out", str(tmp_path / "x.csv"), "--layout", "sideways"])
+    from real_runtime.profile import build_parser
+
+    assert build_parser().parse_args(["--out", "x.csv"]).layout == "concurrent"
 
 
 def test_command_line_errors_are_one_line(capsys):

@@ -14,6 +14,8 @@ from real_runtime.compare import (
     mape,
     rank_microbatch_times,
     ranking,
+    ranking_verdict,
+    run_spread,
     same_ranking,
     summarise,
 )
@@ -67,3 +69,29 @@ def test_ape_mape_and_rankings():
     assert same_ranking({"a": 1.0, "b": 2.0}, {"a": 10.0, "b": 20.0})
     assert not same_ranking({"a": 1.0, "b": 2.0}, {"a": 20.0, "b": 10.0})
     assert same_ranking({"a": 1.0, "b": 1.01}, {"a": 20.0, "b": 10.0})  # a predicted tie
+
+
+def test_run_spread_is_the_mean_relative_range_of_repeated_steps():
+    assert run_spread([[1.0, 1.2], [2.0, 2.0, 1.8]]) == pytest.approx((0.2 / 1.1 + 0.2 / (5.8 / 3)) / 2)
+    assert math.isnan(run_spread([[1.0], [2.0]]))  # no step ran twice: no estimate
+
+
+def test_ranking_verdict_separates_disagreements_within_noise():
+    pred = {"a": 1.0, "b": 2.0, "c": 3.0}
+    same = ranking_verdict(pred, {"a": 1.0, "b": 1.5, "c": 2.0}, {"a": 0.1, "b": 0.1, "c": 0.1})
+    assert same["verdict"] == "same" and same["agree"] == 3 and same["agree_resolved"] == 3
+    # the same order, but b and c only 25% apart with a 30% spread: decided within noise
+    close = ranking_verdict(pred, {"a": 1.0, "b": 1.5, "c": 2.0}, {"a": 0.1, "b": 0.1, "c": 0.3})
+    assert close["verdict"] == "same within noise" and close["disagree"] == 0 and close["agree_resolved"] == 2
+    # b and c swap by 5%, inside a 10% spread: within noise; a and b stay resolved
+    noisy = ranking_verdict(pred, {"a": 1.0, "b": 2.0, "c": 1.9}, {"a": 0.02, "b": 0.1, "c": 0.02})
+    assert noisy["verdict"] == "same within noise" and noisy["disagree"] == 1 and noisy["disagree_resolved"] == 0
+    bc = next(p for p in noisy["pairs"] if p[:2] == ("b", "c"))
+    assert bc[2] == pytest.approx(0.05) and bc[3] == pytest.approx(0.1) and not bc[4] and not bc[5]
+    # the same swap with a 2% spread is resolved: different
+    assert ranking_verdict(pred, {"a": 1.0, "b": 2.0, "c": 1.9}, {"a": 0.02, "b": 0.02, "c": 0.02})["verdict"] \
+        == "different"
+    # no noise estimate: every difference counts; predicted ties are not compared
+    assert ranking_verdict(pred, {"a": 1.0, "b": 2.0, "c": 1.9}, {})["verdict"] == "different"
+    tie = ranking_verdict({"a": 1.0, "b": 1.01}, {"a": 2.0, "b": 1.0}, {})
+    assert tie["verdict"] == "same" and tie["pairs"] == []
