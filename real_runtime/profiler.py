@@ -17,12 +17,7 @@ The rows follow the profile-table schema of :mod:`cost_models.profile_table` (on
   are float32 and bfloat16 runs under autocast, as in the runner; RoPE's cos/sin are made once per forward
   of the whole model, so they are computed outside the timed layer. The fitter subtracts the analytic
   model's kernel time of the same layer and keeps the rest as the fixed per-layer overhead;
-* **collectives** (with more than one process): ``send_recv`` (a pair exchanging buffers both ways at once,
-  as a ring step does), ``all_to_all``, ``all_gather``, ``reduce_scatter`` and ``all_reduce`` over aligned
-  groups ``0..g-1`` of every power-of-two size ``g``, for several buffer sizes; ``bytes`` follows nccl-tests
-  (the total buffer: all_gather's output, reduce_scatter's input, the all-to-all's per-rank buffer, the
-  send/recv message). ``link`` is ``nvlink`` when the group's processes share a host (the schema's name for
-  "inside a node"), else ``network``. An operation the backend lacks is skipped, not faked.
+* **collectives** (with more than one process): in :mod:`real_runtime.profiler_comm`.
 
 Compute times are read with a device-synchronising clock after ``warmup`` untimed calls, as the settings'
 ``window_s`` says: the mean of calls over a window of at least ``window_s`` timed seconds, or (``window_s``
