@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+import pandas as pd
+
 from experiments.options import add_scenario_arguments, scenario_from_args
 from experiments.report import format_table
 from experiments.runner import parse_policy_specs, run_policy
@@ -31,37 +33,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_scenario_arguments(p)
 
 
-def plot_scatter(tables: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(tables), figsize=(5.5 * len(tables), 4.2), sharey=True, squeeze=False)
-    for ax, (label, t) in zip(axes[0], tables.items()):
-        t0 = t[t["stage"] == 0]
-        sc = ax.scatter(t0["tokens"] / 1e3, t0["compute_s"] * 1e3, c=t0["microbatch"], cmap="viridis", s=14)
-        ratio, _ = equal_tokens_time_ratio(t0)
-        ax.set_title(f"{label}\nmax time ratio at ±10% tokens: {ratio:.2f}x", fontsize=10)
-        ax.set_xlabel("tokens on the rank (thousands)")
-        ax.grid(alpha=0.3)
-        fig.colorbar(sc, ax=ax, label="microbatch")
-    axes[0][0].set_ylabel("compute time per rank, F + B (ms)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-
-
 def run(args: argparse.Namespace) -> int:
     sc = scenario_from_args(args)
     cost_model = sc.cost_model()
     batches = sc.batches()[:1]
-    tables = {}
+    frames = []
     for spec in parse_policy_specs(args.policies):
         pr = run_policy(spec, batches, cost_model, sc.policy_options)
         res = pr.iterations[0]
         t = rank_microbatch_table(res.timeline)
-        tables[spec.label] = t
+        frames.append(t[t["stage"] == 0].assign(policy=spec.label))
         ratio, pair = equal_tokens_time_ratio(t)
         m = res.metrics
         print(f"{spec.label}: {m.num_microbatches} microbatches, pipeline bubble {m.pipeline_bubble:.1%}, "
@@ -78,6 +59,11 @@ def run(args: argparse.Namespace) -> int:
                      f"{x.compute_s.max() * 1e3:.1f}", f"{x.compute_s.max() / max(x.compute_s.min(), 1e-12):.2f}"]
                     for k, x in g]
             print(format_table(rows, ["mb", "tokens min", "tokens max", "ms min", "ms max", "skew"]))
-    plot_scatter(tables, args.output)
+    from experiments.figures.common import plt
+    from experiments.figures.skew import plot
+
+    fig = plot(pd.concat(frames, ignore_index=True), sc)
+    fig.savefig(args.output, dpi=130)
+    plt.close(fig)
     print(f"wrote {args.output}")
     return 0

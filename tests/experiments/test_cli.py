@@ -107,3 +107,11 @@ def test_trace_file_with_steps_defines_the_batches(tmp_path, capsys):
     # three steps of four documents each, whatever the token budget says
     r = out["results"][0]
     assert r["tokens_per_s"] * r["iteration_time_s"] == pytest.approx((sum(range(1000, 1012))) / 3, rel=1e-6)
+
+
+def test_skew_prints_the_equal_tokens_ratio_and_writes_a_png(tmp_path, capsys):
+    png = tmp_path / "skew.png"
+    assert main(["skew", "--policies", "static-cp,mcore-dcp", *SMALL, "-o", str(png), "--per-microbatch"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("largest time ratio at tokens within ±10%") == 2
+    assert "tokens min" in out and png.stat().st_size > 10_000
