@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# In CI, property tests draw the same examples every run (a failure there is reproducible, never a fluke).
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 from cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
 
