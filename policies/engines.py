@@ -49,7 +49,7 @@ def engine_for(kind: str, size: int, job: JobSpec, cost_model: CostModel | None 
         u = max(us)
     else:
         u = cheapest_ulysses(size, us, cost_model, np.asarray(tokens), first_rank)
-    return _engine_from_u(size, u)
+    return engine_from_ulysses(size, u)
 
 
 def cheapest_ulysses(size: int, us: list[int], cost_model: CostModel, lengths: np.ndarray,
@@ -89,13 +89,14 @@ def assign_engines(plan: Plan, kind: str, job: JobSpec, cost_model: CostModel, b
         best_u = {}
         for cand in np.lexsort((np.asarray(us), total, owner_a)):  # per group: cheapest, then smaller u
             best_u.setdefault(int(owner_a[cand]), int(us[cand]))
-        chosen = [_engine_from_u(g.size, best_u[gi]) for gi, g in enumerate(groups)]
+        chosen = [engine_from_ulysses(g.size, best_u[gi]) for gi, g in enumerate(groups)]
     it = iter(chosen)
     mbs = tuple(Microbatch(tuple(replace(g, engine=next(it)) for g in mb.groups)) for mb in plan.microbatches)
     return replace(plan, microbatches=mbs, meta={**plan.meta, "cp_engine": kind})
 
 
-def _engine_from_u(size: int, u: int) -> Engine:
+def engine_from_ulysses(size: int, u: int) -> Engine:
+    """The engine of a group of ``size`` ranks with inner Ulysses degree ``u`` (ring if 1, Ulysses if all)."""
     if u == 1:
         return Engine.for_size("ring", size)
     if u == size:

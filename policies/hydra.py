@@ -30,7 +30,7 @@ import numpy as np
 
 from cost_models.base import CostModel
 from cost_models.specs import JobSpec
-from policies.engines import check_engine_choice
+from policies.engines import check_engine_choice, engine_from_ulysses
 from policies.errors import PolicyError
 from policies.hydra_order import balance_columns, best_order
 from policies.hydra_placement import Bin, Layout, place
@@ -43,7 +43,7 @@ from policies.hydra_work import (
     rank_loads,
     sequence_work,
 )
-from policies.plan import BatchLike, CPGroup, Engine, Plan, make_plan
+from policies.plan import BatchLike, CPGroup, Plan, make_plan
 from policies.registry import register_policy
 
 __all__ = ["HyDra", "rank_loads"]
@@ -60,14 +60,6 @@ def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
         raise PolicyError(f"sequence id {int(ids[i])} has length {int(lengths[i])}; lengths must be ≥ 1 token")
     if len(np.unique(ids)) != len(ids):
         raise PolicyError("batch.seq_ids repeat an id; ids must be unique")
-
-
-def _engine(size: int, u: int) -> Engine:
-    if u == 1:
-        return Engine.for_size("ring", size)
-    if u == size:
-        return Engine.for_size("ulysses", size)
-    return Engine.for_size("hybrid", size, ulysses=u)
 
 
 @register_policy("hydra")
@@ -266,7 +258,7 @@ class HyDra:
             r = run[b.mb]
             first = int(pos[r, b.first:b.first + b.size].min())
             groups[r].append((first, CPGroup(tuple(range(first, first + b.size)),
-                                             tuple(int(ids[i]) for i in b.seqs), _engine(b.size, engines[g]))))
+                                             tuple(int(ids[i]) for i in b.seqs), engine_from_ulysses(b.size, engines[g]))))
         caps = [layout.caps[keys[i]] for i in order]
         return make_plan(
             self.name, W, [[grp for _, grp in sorted(gs, key=lambda x: x[0])] for gs in groups],
