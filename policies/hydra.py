@@ -257,8 +257,9 @@ class HyDra:
             b = layout.bins[g]
             r = run[b.mb]
             first = int(pos[r, b.first:b.first + b.size].min())
+            engine = engine_from_ulysses(b.size, engines[g])
             groups[r].append((first, CPGroup(tuple(range(first, first + b.size)),
-                                             tuple(int(ids[i]) for i in b.seqs), engine_from_ulysses(b.size, engines[g]))))
+                                             tuple(int(ids[i]) for i in b.seqs), engine)))
         caps = [layout.caps[keys[i]] for i in order]
         return make_plan(
             self.name, W, [[grp for _, grp in sorted(gs, key=lambda x: x[0])] for gs in groups],
