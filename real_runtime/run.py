@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from policies.spec import parse_policy_specs
 from real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
 from real_runtime.options import add_run_arguments
 from real_runtime.runner import TrainConfig, reference_losses, relative_errors
@@ -76,26 +77,6 @@ def run_workloads(workloads: Sequence[Workload], cfg: TrainConfig, *, nproc: int
 
 
 # ---- command line -------------------------------------------------------------------------------------------
-def parse_policy(text: str) -> tuple[str, dict[str, Any]]:
-    """``name`` or ``name:key=value:...`` (values int, float, true/false or text)."""
-    name, *opts = text.split(":")
-    options: dict[str, Any] = {}
-    for o in opts:
-        if "=" not in o:
-            raise ValueError(f"policy option {o!r} must be key=value")
-        k, v = o.split("=", 1)
-        low = v.lower()
-        val: Any = low == "true" if low in ("true", "false") else v
-        for cast in (int, float):
-            try:
-                val = cast(v)
-                break
-            except ValueError:
-                pass
-        options[k.replace("-", "_")] = val
-    return name, options
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m real_runtime.run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -112,8 +93,8 @@ def plan_from_args(args: argparse.Namespace, world: int) -> tuple[Workload, Trai
     cm = AnalyticCostModel(job, Calibration.load(args.calibration) if args.calibration else None)
     batches = synthetic_batches(args.iterations, args.tokens, args.context_len, median_len=args.median_len,
                                 sigma=args.sigma, seed=args.seed)
-    name, options = parse_policy(args.policy)
-    workload = plan_workload(name, batches, cm, options, label=args.policy)
+    spec = parse_policy_specs(args.policy)[0]
+    workload = plan_workload(spec.name, batches, cm, spec.options, label=args.policy)
     cfg = TrainConfig(model=args.model, seed=args.seed, optimizer=args.optimizer, lr=args.lr, dtype=args.dtype,
                       attention_backend=args.attention_backend, warmup=args.warmup)
     return workload, cfg
