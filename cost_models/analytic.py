@@ -27,18 +27,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.base import GroupBatch, GroupCosts
-from cost_models.calibration import Calibration, default_calibration
-from cost_models.flops import (
+from dcpsim.cost_models.base import GroupBatch, GroupCosts
+from dcpsim.cost_models.calibration import Calibration, default_calibration
+from dcpsim.cost_models.flops import (
     ATTENTION_BWD_FACTOR,
     LINEAR_BWD_FACTOR,
     attention_fwd_flops,
     linear_fwd_flops_per_token,
     model_flops,
 )
-from cost_models.memory import memory_budget_tokens, model_state_bytes, peak_memory_bytes, stage_params
-from cost_models.specs import JobSpec
-from cost_models.topology import node_of, spans_nodes
+from dcpsim.cost_models.memory import memory_budget_tokens, model_state_bytes, peak_memory_bytes, stage_params
+from dcpsim.cost_models.specs import JobSpec
+from dcpsim.cost_models.topology import node_of, spans_nodes
 
 BF16_BYTES = 2.0
 OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam over fp32 master + 2 moments + bf16 grad/param, read and written

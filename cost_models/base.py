@@ -12,7 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
-from cost_models.specs import JobSpec
+from dcpsim.cost_models.specs import JobSpec
 
 ENGINE_RING, ENGINE_ULYSSES, ENGINE_HYBRID = "ring", "ulysses", "hybrid"
 

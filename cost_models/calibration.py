@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cost_models.errors import CalibrationError
-from cost_models.specs import GPUSpec
+from dcpsim.cost_models.errors import CalibrationError
+from dcpsim.cost_models.specs import GPUSpec
 
 LINKS = ("nvlink", "network")
 COLLECTIVES = ("send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce")

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.base import GroupBatch, GroupCosts
-from cost_models.flops import model_flops
-from cost_models.specs import JobSpec
+from dcpsim.cost_models.base import GroupBatch, GroupCosts
+from dcpsim.cost_models.flops import model_flops
+from dcpsim.cost_models.specs import JobSpec
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,9 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
-from cost_models.calibration import COLLECTIVES, Calibration, LinkModel, SaturatingCurve
-from cost_models.errors import CalibrationError
-from cost_models.profile_table import ATTENTION_OPS, LAYER_OPS, row_flops, row_size
+from dcpsim.cost_models.calibration import COLLECTIVES, Calibration, LinkModel, SaturatingCurve
+from dcpsim.cost_models.errors import CalibrationError
+from dcpsim.cost_models.profile_table import ATTENTION_OPS, LAYER_OPS, row_flops, row_size
 
 GroupKey = tuple[str, str, int, int]  # (kernel, op, causal, head_dim)
 
@@ -176,10 +176,10 @@ def fit_link(op: str, nbytes: np.ndarray, n: np.ndarray, seconds: np.ndarray, ba
 def layer_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarray, np.ndarray]:
     """The analytic model's forward and backward compute seconds of each layer row (one layer, one rank,
     one causal document of ``tokens`` tokens), with ``cal``'s curves and no per-layer overhead."""
-    from cost_models.analytic import AnalyticCostModel
-    from cost_models.base import GroupBatch
-    from cost_models.presets import get_gpu
-    from cost_models.specs import JobSpec, ModelSpec
+    from dcpsim.cost_models.analytic import AnalyticCostModel
+    from dcpsim.cost_models.base import GroupBatch
+    from dcpsim.cost_models.presets import get_gpu
+    from dcpsim.cost_models.specs import JobSpec, ModelSpec
 
     kernels = replace(cal, layer_overhead_fwd_s=0.0, layer_overhead_bwd_s=0.0)
     fwd, bwd = np.zeros(len(rows)), np.zeros(len(rows))

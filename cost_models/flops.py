@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.specs import ModelSpec
+from dcpsim.cost_models.specs import ModelSpec
 
 LINEAR_BWD_FACTOR = 2.0
 ATTENTION_BWD_FACTOR = 2.5

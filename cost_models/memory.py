@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.errors import InfeasibleError
-from cost_models.specs import JobSpec
+from dcpsim.cost_models.errors import InfeasibleError
+from dcpsim.cost_models.specs import JobSpec
 
 ACT_BYTES_PER_TOKEN_HIDDEN = 34.0
 STATE_BYTES_PER_PARAM = 6.0

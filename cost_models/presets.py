@@ -8,8 +8,8 @@ per GPU over InfiniBand NDR 400 Gb/s (nccl-tests figures collected in docs/sourc
 
 from __future__ import annotations
 
-from cost_models.errors import SpecError
-from cost_models.specs import GPUSpec, ModelSpec
+from dcpsim.cost_models.errors import SpecError
+from dcpsim.cost_models.specs import GPUSpec, ModelSpec
 
 MODELS: dict[str, ModelSpec] = {
     "llama3-8b": ModelSpec("llama3-8b", hidden=4096, ffn=14336, layers=32, heads=32, kv_heads=8,

@@ -44,9 +44,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cost_models.calibration import COLLECTIVES, LINKS
-from cost_models.errors import CalibrationError
-from cost_models.flops import ATTENTION_BWD_FACTOR
+from dcpsim.cost_models.calibration import COLLECTIVES, LINKS
+from dcpsim.cost_models.errors import CalibrationError
+from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
 
 ATTENTION_OPS = ("attn_fwd", "attn_bwd")
 LAYER_OPS = ("layer_fwd", "layer_bwd")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cost_models.errors import SpecError
+from dcpsim.cost_models.errors import SpecError
 
 
 def _require(cond: bool, what: str, value: object, valid: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.specs import JobSpec
+from dcpsim.cost_models.specs import JobSpec
 
 
 def node_of(job: JobSpec, stage: int, rank: np.ndarray | int) -> np.ndarray:

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import traces
-from cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
-from policies import create_policy
+from dcpsim import traces
+from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
+from dcpsim.policies import create_policy
 
 
 def _int_list(text: str) -> list[int]:

@@ -27,12 +27,12 @@ import pstats
 import sys
 import time
 
-from experiments.runner import PolicySpec, build_policy
-from experiments.scenario_files import load_scenario
-from policies.registry import available_policies
-from sim.engine import execute
-from sim.flatten import flatten
-from sim.simulate import simulate_plan
+from dcpsim.experiments.runner import PolicySpec, build_policy
+from dcpsim.experiments.scenario_files import load_scenario
+from dcpsim.policies.registry import available_policies
+from dcpsim.sim.engine import execute
+from dcpsim.sim.flatten import flatten
+from dcpsim.sim.simulate import simulate_plan
 
 DEFAULT_SCENARIOS = ("h100-512-256k", "prod-2048-256k", "prod-11264-256k")
 DEFAULT_POLICIES = ("static-cp", "mcore-dcp", "hydra")

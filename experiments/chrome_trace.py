@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.timeline import Timeline
+from dcpsim.sim.timeline import Timeline
 
 US_PER_S = 1e6
 

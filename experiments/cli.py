@@ -13,15 +13,15 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
-import experiments
-from experiments.errors import user_errors
+from dcpsim import experiments
+from dcpsim.experiments.errors import user_errors
 
 
 def _commands():
     mods = []
     for m in pkgutil.iter_modules(experiments.__path__):
         if m.name.startswith("cmd_"):
-            mods.append(importlib.import_module(f"experiments.{m.name}"))
+            mods.append(importlib.import_module(f"dcpsim.experiments.{m.name}"))
     return sorted(mods, key=lambda mod: getattr(mod, "ORDER", 50))
 
 

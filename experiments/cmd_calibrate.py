@@ -8,7 +8,7 @@ result with 'dcpsim simulate --calibration FILE' or 'dcpsim compare --calibratio
 Examples:
   dcpsim calibrate my_profile.csv -o my_cluster.json --gpu h100 --report
   dcpsim calibrate attn.csv nccl.csv -o cal.json --kernel fa3 --head-dim 128 --plot fit.png
-  # regenerate the shipped H100 default (same as python -m cost_models.data.build_defaults):
+  # regenerate the shipped H100 default (same as python -m dcpsim.cost_models.data.build_defaults):
   dcpsim calibrate cost_models/data/profile_h100.csv --gpu h100 --base published \\
       --name h100-reference-fit -o cost_models/data/calibration_h100.json
 """
@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cost_models import Calibration, CalibrationError, default_calibration, get_gpu
-from cost_models.calibration import published_calibration
-from cost_models.fitting import FitReport, factor_and_hops, fit_calibration
-from cost_models.profile_table import ATTENTION_OPS, COMPUTE_OPS, read_profiles, row_size, row_tflops
-from experiments.report import format_table
+from dcpsim.cost_models import Calibration, CalibrationError, default_calibration, get_gpu
+from dcpsim.cost_models.calibration import published_calibration
+from dcpsim.cost_models.fitting import FitReport, factor_and_hops, fit_calibration
+from dcpsim.cost_models.profile_table import ATTENTION_OPS, COMPUTE_OPS, read_profiles, row_size, row_tflops
+from dcpsim.experiments.report import format_table
 
 NAME = "calibrate"
 HELP = "fit a calibration JSON to profile tables (kernel curves, per-layer overhead, link models)"

@@ -15,10 +15,10 @@ import argparse
 import json
 import sys
 
-from experiments.options import add_scenario_arguments, scenario_from_args
-from experiments.progress import Progress
-from experiments.report import compare_table
-from experiments.runner import memory_warning, parse_policy_specs, run_policy
+from dcpsim.experiments.options import add_scenario_arguments, scenario_from_args
+from dcpsim.experiments.progress import Progress
+from dcpsim.experiments.report import compare_table
+from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
 
 NAME = "compare"
 HELP = "compare policies on the same global batches (default: the built-in scenario)"

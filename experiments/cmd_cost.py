@@ -22,13 +22,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_gpu, get_model
-from cost_models import flops as fl
-from cost_models.calibration import SaturatingCurve, default_calibration
-from experiments.errors import ScenarioError
-from experiments.options import positive_int
-from experiments.report import format_table
-from policies.engines import ulysses_degrees
+from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_gpu, get_model
+from dcpsim.cost_models import flops as fl
+from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
+from dcpsim.experiments.errors import ScenarioError
+from dcpsim.experiments.options import positive_int
+from dcpsim.experiments.report import format_table
+from dcpsim.policies.engines import ulysses_degrees
 
 NAME = "cost"
 HELP = "the cost model's prediction for one sequence on one layer"

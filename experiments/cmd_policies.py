@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from policies.registry import available_policies, policy_options
+from dcpsim.policies.registry import available_policies, policy_options
 
 NAME = "policies"
 HELP = "list the registered policies and their options"

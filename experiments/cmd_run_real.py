@@ -1,9 +1,9 @@
-"""Run one policy's plans for real on this machine's CPUs or GPUs (the same as python -m real_runtime.run).
+"""Run one policy's plans for real on this machine's CPUs or GPUs (the same as python -m dcpsim.real_runtime.run).
 
 Synthetic global batches of short lognormal documents are planned with the policy (the pool is --nproc ranks,
 PP = 1) and a small Llama-style model trains on them for --iterations steps on --nproc spawned processes
 (torch.distributed, gloo or NCCL). Writes losses.csv, timeline.csv (the simulator's schema), session.json
-and pool.json to --out. Needs torch. On a cluster use torchrun with python -m real_runtime.run instead.
+and pool.json to --out. Needs torch. On a cluster use torchrun with python -m dcpsim.real_runtime.run instead.
 
 Examples:
   dcpsim run-real --policy hydra --nproc 4 --iterations 2 --check
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.errors import ScenarioError
-from real_runtime.options import add_run_arguments
+from dcpsim.experiments.errors import ScenarioError
+from dcpsim.real_runtime.options import add_run_arguments
 
 NAME = "run-real"
 HELP = "run a policy's plans for real with torch.distributed (gloo on CPUs, NCCL on GPUs)"
@@ -32,6 +32,6 @@ def run(args: argparse.Namespace) -> int:
         import torch  # noqa: F401
     except ImportError:
         raise ScenarioError("dcpsim run-real needs torch: pip install -e '.[runtime]'") from None
-    from real_runtime.run import run_from_args
+    from dcpsim.real_runtime.run import run_from_args
 
     return run_from_args(args)

@@ -15,10 +15,10 @@ import argparse
 
 import pandas as pd
 
-from experiments.options import add_scenario_arguments, scenario_from_args
-from experiments.report import format_table
-from experiments.runner import parse_policy_specs, run_policy
-from sim.metrics import equal_tokens_time_ratio, rank_microbatch_table
+from dcpsim.experiments.options import add_scenario_arguments, scenario_from_args
+from dcpsim.experiments.report import format_table
+from dcpsim.experiments.runner import parse_policy_specs, run_policy
+from dcpsim.sim.metrics import equal_tokens_time_ratio, rank_microbatch_table
 
 NAME = "skew"
 HELP = "print and plot per-rank tokens against compute time per microbatch"
@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
                      f"{x.compute_s.max() * 1e3:.1f}", f"{x.compute_s.max() / max(x.compute_s.min(), 1e-12):.2f}"]
                     for k, x in g]
             print(format_table(rows, ["mb", "tokens min", "tokens max", "ms min", "ms max", "skew"]))
-    from experiments.figures.common import plt
-    from experiments.figures.skew import plot
+    from dcpsim.experiments.figures.common import plt
+    from dcpsim.experiments.figures.skew import plot
 
     fig = plot(pd.concat(frames, ignore_index=True), sc)
     fig.savefig(args.output, dpi=130)

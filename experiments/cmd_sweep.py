@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.options import positive_int
-from experiments.progress import Progress
+from dcpsim.experiments.options import positive_int
+from dcpsim.experiments.progress import Progress
 
 NAME = "sweep"
 HELP = "run a what-if grid of scenario fields x seeds x policies (parallel, resumable)"
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.sweep import load_sweep, run_sweep
+    from dcpsim.experiments.sweep import load_sweep, run_sweep
 
     sweep = load_sweep(args.grid)
     out = Path(args.output or f"sweep-{Path(args.grid).stem}")

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments.errors import ScenarioError
-from experiments.report import format_table
+from dcpsim.experiments.errors import ScenarioError
+from dcpsim.experiments.report import format_table
 
 NAME = "validate"
 HELP = "run policies for real (torch.distributed) and compare with the simulator's predictions"
@@ -100,7 +100,7 @@ def profile_settings(args: argparse.Namespace, budget: int):
     """Profile sizes spanning what the workload runs: attention blocks up to the context, GEMMs and whole
     decoder layers up to twice the per-rank budget, collectives from 16 KiB to 4 MiB; compute timed in the
     layout and over the window the arguments say."""
-    from real_runtime.profiler import ProfileSettings
+    from dcpsim.real_runtime.profiler import ProfileSettings
 
     n = 6 if args.full_profile else 4
     window = args.profile_window if args.profile_window is not None else (0.25 if args.full_profile else 0.1)
@@ -115,9 +115,9 @@ def profile_settings(args: argparse.Namespace, budget: int):
 def calibrate(profile: pd.DataFrame, args: argparse.Namespace, dtype: str):
     """Fit the profile. The cost model counts communication in bf16 elements (2 bytes); a float32 run moves
     twice that, so collective bytes are rescaled to bf16-equivalent elements before fitting."""
-    from cost_models import default_calibration, get_gpu
-    from cost_models.fitting import fit_calibration
-    from cost_models.profile_table import COMPUTE_OPS
+    from dcpsim.cost_models import default_calibration, get_gpu
+    from dcpsim.cost_models.fitting import fit_calibration
+    from dcpsim.cost_models.profile_table import COMPUTE_OPS
 
     prof = profile.copy()
     if dtype == "float32":
@@ -143,7 +143,7 @@ def _prepare(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     _prepare(args)
-    from real_runtime.launch import LaunchError
+    from dcpsim.real_runtime.launch import LaunchError
 
     try:
         return _run(args)
@@ -153,10 +153,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
-    from cost_models.profile_table import read_profile
-    from policies import available_policies
-    from real_runtime.compare import (
+    from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
+    from dcpsim.cost_models.profile_table import read_profile
+    from dcpsim.policies import available_policies
+    from dcpsim.real_runtime.compare import (
         compare_iteration,
         ranking,
         ranking_verdict,
@@ -164,12 +164,12 @@ def _run(args: argparse.Namespace) -> int:
         same_ranking,
         summarise,
     )
-    from real_runtime.launch import check_backend
-    from real_runtime.profile import profile_job, run_profile
-    from real_runtime.run import run_workloads
-    from real_runtime.runner import TrainConfig
-    from real_runtime.workload import Workload, plan_workload, synthetic_batches
-    from sim.simulate import simulate_plan
+    from dcpsim.real_runtime.launch import check_backend
+    from dcpsim.real_runtime.profile import profile_job, run_profile
+    from dcpsim.real_runtime.run import run_workloads
+    from dcpsim.real_runtime.runner import TrainConfig
+    from dcpsim.real_runtime.workload import Workload, plan_workload, synthetic_batches
+    from dcpsim.sim.simulate import simulate_plan
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from cost_models.errors import CalibrationError, InfeasibleError, SpecError
-from policies.errors import PlanError, PolicyError
+from dcpsim.cost_models.errors import CalibrationError, InfeasibleError, SpecError
+from dcpsim.policies.errors import PlanError, PolicyError
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    from traces.errors import TraceError
+    from dcpsim.traces.errors import TraceError
 
     return (SpecError, InfeasibleError, CalibrationError, PlanError, PolicyError, TraceError, ScenarioError)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from experiments.scenario import DEFAULT_SCENARIO, Scenario
+from dcpsim.experiments.scenario import DEFAULT_SCENARIO, Scenario
 
 
 def positive_int(text: str) -> int:
@@ -52,7 +52,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     base = DEFAULT_SCENARIO
     if getattr(args, "scenario", None):
-        from experiments.scenario_files import load_scenario
+        from dcpsim.experiments.scenario_files import load_scenario
 
         base = load_scenario(args.scenario)
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.base import CostModel
-from policies import Policy, create_policy, validate_plan
-from policies.registry import policy_options
-from policies.spec import PolicySpec, parse_policy_specs
-from sim.simulate import IterationResult, simulate_plan
+from dcpsim.cost_models.base import CostModel
+from dcpsim.policies import Policy, create_policy, validate_plan
+from dcpsim.policies.registry import policy_options
+from dcpsim.policies.spec import PolicySpec, parse_policy_specs
+from dcpsim.sim.simulate import IterationResult, simulate_plan
 
 __all__ = ["PolicyRun", "PolicySpec", "build_policy", "memory_warning", "parse_policy_specs", "run_policy"]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from cost_models import AnalyticCostModel, Calibration, JobSpec, get_gpu, get_model
-from cost_models.errors import SpecError
+from dcpsim.cost_models import AnalyticCostModel, Calibration, JobSpec, get_gpu, get_model
+from dcpsim.cost_models.errors import SpecError
 
 DEFAULT_POLICIES = ("static-cp", "mcore-dcp", "hydra")
 
@@ -68,8 +68,7 @@ class Scenario:
 
     def batches(self):
         """The global batches of this scenario (one per iteration), deterministic in ``seed``."""
-        import traces
-
+        from dcpsim import traces
         if Path(self.trace).suffix:  # a file
             tr = traces.read_trace(self.trace)
             # A 'step' column decides the batches itself; otherwise the token budget does.

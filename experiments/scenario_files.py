@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.errors import ScenarioError
-from experiments.scenario import DEFAULT_SCENARIO, Scenario
+from dcpsim.experiments.errors import ScenarioError
+from dcpsim.experiments.scenario import DEFAULT_SCENARIO, Scenario
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -38,8 +38,8 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.errors import ScenarioError
-from experiments.scenario import Scenario
+from dcpsim.experiments.errors import ScenarioError
+from dcpsim.experiments.scenario import Scenario
 
 SCHEMA = 1  # bump when a stored record's meaning changes: old files then no longer match any key
 TOP_KEYS = {"base", "policies", "seeds", "grid", "set", "description"}
@@ -105,8 +105,8 @@ def task_key(scenario: dict[str, Any], policy: str) -> str:
 
 def load_sweep(path: str | Path) -> Sweep:
     """Parse and check a sweep file; every problem is a :class:`ScenarioError` naming the file and key."""
-    from experiments.runner import parse_policy_specs
-    from experiments.scenario_files import load_scenario, read_toml, scenario_from_mapping
+    from dcpsim.experiments.runner import parse_policy_specs
+    from dcpsim.experiments.scenario_files import load_scenario, read_toml, scenario_from_mapping
 
     path = Path(path)
     data = read_toml(path, "sweep")
@@ -153,8 +153,8 @@ def load_sweep(path: str | Path) -> Sweep:
 
 def run_task(task: Task) -> dict[str, Any]:
     """Run one task in this process; never raises for a problem of the point (the error is recorded)."""
-    from experiments.runner import parse_policy_specs, run_policy
-    from experiments.scenario_files import scenario_from_mapping
+    from dcpsim.experiments.runner import parse_policy_specs, run_policy
+    from dcpsim.experiments.scenario_files import scenario_from_mapping
 
     t0 = time.perf_counter()
     record: dict[str, Any] = {"key": task.key, "point": task.point, "values": task.values, "policy": task.policy,

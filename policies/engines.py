@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from cost_models.base import CostModel, GroupBatch
-from cost_models.specs import JobSpec
-from policies.errors import PolicyError
-from policies.plan import BatchLike, Engine, Microbatch, Plan
+from dcpsim.cost_models.base import CostModel, GroupBatch
+from dcpsim.cost_models.specs import JobSpec
+from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.plan import BatchLike, Engine, Microbatch, Plan
 
 ENGINE_CHOICES = ("ring", "ulysses", "hybrid", "auto")
 

@@ -28,14 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.base import CostModel
-from cost_models.specs import JobSpec
-from policies.engines import check_engine_choice, engine_from_ulysses
-from policies.errors import PolicyError
-from policies.hydra_order import balance_columns, best_order
-from policies.hydra_placement import Bin, Layout, place
-from policies.hydra_target import build_target_model, cell_degrees, choose_target
-from policies.hydra_work import (
+from dcpsim.cost_models.base import CostModel
+from dcpsim.cost_models.specs import JobSpec
+from dcpsim.policies.engines import check_engine_choice, engine_from_ulysses
+from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.hydra_order import balance_columns, best_order
+from dcpsim.policies.hydra_placement import Bin, Layout, place
+from dcpsim.policies.hydra_target import build_target_model, cell_degrees, choose_target
+from dcpsim.policies.hydra_work import (
     allowed_degrees,
     build_grid,
     engine_options,
@@ -43,8 +43,8 @@ from policies.hydra_work import (
     rank_loads,
     sequence_work,
 )
-from policies.plan import BatchLike, CPGroup, Plan, make_plan
-from policies.registry import register_policy
+from dcpsim.policies.plan import BatchLike, CPGroup, Plan, make_plan
+from dcpsim.policies.registry import register_policy
 
 __all__ = ["HyDra", "rank_loads"]
 

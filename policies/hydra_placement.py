@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policies.hydra_target import pack_heavy
+from dcpsim.policies.hydra_target import pack_heavy
 
 PROBES = 8  # bins set aside per class and sequence when only the token budget fails
 

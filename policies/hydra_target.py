@@ -48,8 +48,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from policies.hydra_order import best_order
-from policies.hydra_work import WorkGrid
+from dcpsim.policies.hydra_order import best_order
+from dcpsim.policies.hydra_work import WorkGrid
 
 TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
 REFINE_WITHIN = 1.10  # candidates within this factor of the best Σh + (p−1)·max h get the recurrence

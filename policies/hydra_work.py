@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.base import CostModel, GroupBatch
-from cost_models.specs import JobSpec
-from policies.engines import ulysses_degrees
-from policies.errors import PolicyError
-from policies.plan import BatchLike, Plan
+from dcpsim.cost_models.base import CostModel, GroupBatch
+from dcpsim.cost_models.specs import JobSpec
+from dcpsim.policies.engines import ulysses_degrees
+from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.plan import BatchLike, Plan
 
 _MIN_WORK_S = 1e-12  # a priced share is never zero: every sequence costs something
 

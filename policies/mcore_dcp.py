@@ -26,14 +26,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from cost_models.base import CostModel
-from cost_models.specs import JobSpec
-from policies.engines import assign_engines, check_engine_choice
-from policies.errors import PolicyError
-from policies.mcore_scheduler import allowed_sizes, schedule_current
-from policies.mcore_scheduler_legacy import schedule_legacy
-from policies.plan import BatchLike, CPGroup, Engine, Plan, make_plan
-from policies.registry import register_policy
+from dcpsim.cost_models.base import CostModel
+from dcpsim.cost_models.specs import JobSpec
+from dcpsim.policies.engines import assign_engines, check_engine_choice
+from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.mcore_scheduler import allowed_sizes, schedule_current
+from dcpsim.policies.mcore_scheduler_legacy import schedule_legacy
+from dcpsim.policies.plan import BatchLike, CPGroup, Engine, Plan, make_plan
+from dcpsim.policies.registry import register_policy
 
 UPSTREAM = {
     False: "NVIDIA/Megatron-LM dev@d48bd6be DefaultDynamicCPScheduler (next_hdp_group_packing_aware)",

@@ -45,7 +45,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
-from policies.mcore_scheduler import allowed_sizes, cp_min
+from dcpsim.policies.mcore_scheduler import allowed_sizes, cp_min
 
 BALANCE_DELTA = 0.05  # upstream ``delta``: stop / trim while max − min > 5% of max
 BUCKET_SLACK = 1.1  # upstream: a bucket closes before exceeding 1.1× its work target

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from policies.errors import PlanError
+from dcpsim.policies.errors import PlanError
 
 ENGINE_KINDS = ("ring", "ulysses", "hybrid")
 

@@ -13,10 +13,10 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from cost_models.base import CostModel
-from cost_models.specs import JobSpec
-from policies.errors import PolicyError
-from policies.plan import BatchLike, Plan
+from dcpsim.cost_models.base import CostModel
+from dcpsim.cost_models.specs import JobSpec
+from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.plan import BatchLike, Plan
 
 
 @runtime_checkable
@@ -43,10 +43,10 @@ def register_policy(name: str) -> Callable[[T], T]:
 
 
 def _discover() -> None:
-    import policies
+    from dcpsim import policies
     for mod in pkgutil.iter_modules(policies.__path__):
         if not mod.name.startswith("_"):
-            importlib.import_module(f"policies.{mod.name}")
+            importlib.import_module(f"dcpsim.policies.{mod.name}")
 
 
 def available_policies() -> list[str]:

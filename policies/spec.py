@@ -1,6 +1,6 @@
 """Policy specs as written on command lines: ``name`` or ``name:key=value:key=value``, comma-separated.
 
-Shared by the ``dcpsim`` CLI and ``python -m real_runtime.run``.
+Shared by the ``dcpsim`` CLI and ``python -m dcpsim.real_runtime.run``.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.errors import PolicyError
+from dcpsim.policies.errors import PolicyError
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.base import CostModel
-from cost_models.errors import InfeasibleError
-from cost_models.specs import JobSpec
-from policies.engines import check_engine_choice, engine_for
-from policies.errors import PolicyError
-from policies.plan import BatchLike, CPGroup, Plan, make_plan
-from policies.registry import register_policy
+from dcpsim.cost_models.base import CostModel
+from dcpsim.cost_models.errors import InfeasibleError
+from dcpsim.cost_models.specs import JobSpec
+from dcpsim.policies.engines import check_engine_choice, engine_for
+from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.plan import BatchLike, CPGroup, Plan, make_plan
+from dcpsim.policies.registry import register_policy
 
 
 def pack_first_fit(lengths: np.ndarray, capacity: int) -> list[list[int]]:

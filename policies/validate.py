@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.errors import PlanError
-from policies.plan import BatchLike, Plan
+from dcpsim.policies.errors import PlanError
+from dcpsim.policies.plan import BatchLike, Plan
 
 _EPS = 1e-9
 

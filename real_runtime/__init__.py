@@ -17,8 +17,8 @@ Modules
   the single-process reference its losses must match; :mod:`.timing` measures phases and exposed CP
   communication;
 * :mod:`.workload`, :mod:`.session`, :mod:`.launch`, :mod:`.run`: batches + plans per iteration, the worker
-  side of a run, starting processes (spawn / torchrun), and ``python -m real_runtime.run``;
+  side of a run, starting processes (spawn / torchrun), and ``python -m dcpsim.real_runtime.run``;
 * :mod:`.profiler`, :mod:`.profile`: kernel and collective timings as profile tables
-  (``python -m real_runtime.profile``), for ``dcpsim calibrate``;
+  (``python -m dcpsim.real_runtime.profile``), for ``dcpsim calibrate``;
 * :mod:`.compare`: prediction errors between a simulated and a measured timeline (``dcpsim validate``).
 """

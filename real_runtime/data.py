@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from real_runtime.attention.layout import DualChunkLayout, cu_seqlens_from_lengths
+from dcpsim.real_runtime.attention.layout import DualChunkLayout, cu_seqlens_from_lengths
 
 IGNORE = -100
 

@@ -42,20 +42,20 @@ print("torch", torch.__version__, "| cuda", torch.version.cuda, "|", torch.cuda.
 from real_runtime.attention.flash import flash_attn_available
 print("flash-attn available:", flash_attn_available())'
 
-step profile 120 "$PY" -m real_runtime.profile --out "$OUT/profile_gpu.csv" --device cuda --dtype bfloat16 \
+step profile 120 "$PY" -m dcpsim.real_runtime.profile --out "$OUT/profile_gpu.csv" --device cuda --dtype bfloat16 \
   --model llama3-8b
-step calibrate 60 "$PY" -m experiments.cli calibrate "$OUT/profile_gpu.csv" -o "$OUT/calibration_gpu.json" \
+step calibrate 60 "$PY" -m dcpsim calibrate "$OUT/profile_gpu.csv" -o "$OUT/calibration_gpu.json" \
   --gpu h200 --name h200-gpu-check --report
 
 step engine-tests 200 "$PY" -m pytest -q -p no:cacheprovider tests/real_runtime
 
-step runner-fp32 90 "$PY" -m real_runtime.run --policy hydra --nproc 1 --backend nccl --device cuda \
+step runner-fp32 90 "$PY" -m dcpsim.real_runtime.run --policy hydra --nproc 1 --backend nccl --device cuda \
   --iterations 2 --context-len 4096 --tokens 16384 --check --out "$OUT/run_fp32"
-step runner-bf16 90 "$PY" -m real_runtime.run --policy mcore-dcp --nproc 1 --backend nccl --device cuda \
+step runner-bf16 90 "$PY" -m dcpsim.real_runtime.run --policy mcore-dcp --nproc 1 --backend nccl --device cuda \
   --dtype bfloat16 --iterations 2 --context-len 16384 --tokens 65536 --median-len 2048 --warmup 1 \
   --out "$OUT/run_bf16"
 
-step validate 150 "$PY" -m experiments.cli validate --backend nccl --device cuda --nproc 1 --iterations 2 \
+step validate 150 "$PY" -m dcpsim validate --backend nccl --device cuda --nproc 1 --iterations 2 \
   --context-len 8192 --tokens 32768 --median-len 1024 --out "$OUT/validate"
 
 echo; echo "=== summary (outputs in $OUT)"

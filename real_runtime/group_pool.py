@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.plan import CPGroup, Engine, Plan
+from dcpsim.policies.plan import CPGroup, Engine, Plan
 
 ProcessGroup = Any  # torch.distributed.ProcessGroup
 
@@ -155,7 +155,7 @@ class GroupPool:
         """Create the process groups of ``keys`` on this process. Collective over the world: every process
         must call it with the same keys (any order; they are sorted here). ``new_group`` defaults to
         ``torch.distributed.new_group`` (tests pass a counting wrapper)."""
-        from real_runtime.attention.comm import CPComm
+        from dcpsim.real_runtime.attention.comm import CPComm
 
         if world is None or rank is None or new_group is None:
             import torch.distributed as dist
@@ -218,7 +218,7 @@ class GroupPool:
         """This process's :class:`CPComm` for the CP group (``ranks``, ``engine``). A group of one rank needs
         nothing pre-created. Raises :class:`GroupPoolError` when the group was not created at start-up or
         this process is not a member."""
-        from real_runtime.attention.comm import CPComm
+        from dcpsim.real_runtime.attention.comm import CPComm
 
         key = GroupKey.for_engine(ranks, engine)
         if self.rank not in key.ranks:

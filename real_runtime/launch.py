@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from real_runtime.options import BACKENDS
+from dcpsim.real_runtime.options import BACKENDS
 
 
 class LaunchError(RuntimeError):

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cost_models.specs import ModelSpec
+from dcpsim.cost_models.specs import ModelSpec
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # q [n,H,d], k, v [n,Hkv,d]
 

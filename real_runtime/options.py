@@ -1,4 +1,4 @@
-"""Command-line options of ``python -m real_runtime.run`` (and ``dcpsim run-real``), importable without torch.
+"""Command-line options of ``python -m dcpsim.real_runtime.run`` (and ``dcpsim run-real``), importable without torch.
 
 The ``dcpsim`` CLI builds every sub-command's parser at start-up; keeping these definitions free of torch
 means ``dcpsim --help`` does not pay for importing it.

@@ -1,11 +1,11 @@
-"""Profile this machine into a profile table: ``python -m real_runtime.profile --out profile.csv``.
+"""Profile this machine into a profile table: ``python -m dcpsim.real_runtime.profile --out profile.csv``.
 
 Examples::
 
-    python -m real_runtime.profile --out cpu.csv --quick                      # compute only, one process
-    python -m real_runtime.profile --out cpu.csv --quick --nproc 4            # + gloo collectives, 4 processes
-    python -m real_runtime.profile --out h200.csv --device cuda --model llama3-8b --nproc 8 --backend nccl
-    torchrun --nproc-per-node 8 -m real_runtime.profile --out h200.csv --device cuda --backend nccl
+    python -m dcpsim.real_runtime.profile --out cpu.csv --quick                      # compute only, one process
+    python -m dcpsim.real_runtime.profile --out cpu.csv --quick --nproc 4            # + gloo collectives, 4 processes
+    python -m dcpsim.real_runtime.profile --out h200.csv --device cuda --model llama3-8b --nproc 8 --backend nccl
+    torchrun --nproc-per-node 8 -m dcpsim.real_runtime.profile --out h200.csv --device cuda --backend nccl
 
 Then ``dcpsim calibrate profile.csv -o cal.json --gpu h200`` fits a calibration. The table's schema is that of
 :mod:`cost_models.profile_table`; what is measured is described in :mod:`real_runtime.profiler`. With several
@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
-from real_runtime.options import BACKENDS
-from real_runtime.profile_timing import LAYOUTS
-from real_runtime.profiler import ProfileSettings
+from dcpsim.real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
+from dcpsim.real_runtime.options import BACKENDS
+from dcpsim.real_runtime.profile_timing import LAYOUTS
+from dcpsim.real_runtime.profiler import ProfileSettings
 
 DTYPE_NAMES = ("float32", "bfloat16")
 
@@ -40,11 +40,11 @@ def _dtype(name: str):
 
 def profile_worker(rank: int, world: int, job: dict[str, Any]) -> None:
     """One process of a profile run (collective when ``world > 1``); rank 0 writes ``job["out"]``."""
-    from cost_models.presets import get_model
-    from real_runtime.launch import local_device
-    from real_runtime.profile_timing import describe, mean_over_processes
-    from real_runtime.profiler import layer_burst, profile_compute, write_rows
-    from real_runtime.profiler_comm import profile_collectives
+    from dcpsim.cost_models.presets import get_model
+    from dcpsim.real_runtime.launch import local_device
+    from dcpsim.real_runtime.profile_timing import describe, mean_over_processes
+    from dcpsim.real_runtime.profiler import layer_burst, profile_compute, write_rows
+    from dcpsim.real_runtime.profiler_comm import profile_collectives
 
     settings = ProfileSettings.from_dict(job["settings"])
     device = local_device(job["device"], int(job.get("local_rank", rank)))
@@ -98,7 +98,7 @@ def run_profile(job: dict[str, Any], nproc: int = 1, threads: int = 1, timeout_s
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m real_runtime.profile", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m dcpsim.real_runtime.profile", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="the profile CSV to write")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

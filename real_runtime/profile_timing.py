@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from real_runtime.timing import Clock
+from dcpsim.real_runtime.timing import Clock
 
 LAYOUTS = ("concurrent", "alone")
 """Process layouts of the compute profile (see module doc)."""

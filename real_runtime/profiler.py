@@ -36,11 +36,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from cost_models.specs import ModelSpec
-from real_runtime.attention import resolve_backend, varlen_attention
-from real_runtime.model import Block, rope_cos_sin
-from real_runtime.profile_timing import LAYOUTS, Timer
-from real_runtime.timing import Clock
+from dcpsim.cost_models.specs import ModelSpec
+from dcpsim.real_runtime.attention import resolve_backend, varlen_attention
+from dcpsim.real_runtime.model import Block, rope_cos_sin
+from dcpsim.real_runtime.profile_timing import LAYOUTS, Timer
+from dcpsim.real_runtime.timing import Clock
 
 
 @dataclass(frozen=True)
@@ -256,13 +256,13 @@ def to_frame(rows: list[dict[str, Any]]):
     """Rows as a DataFrame with every profile-table column (pandas imported here, not at module level)."""
     import pandas as pd
 
-    from cost_models.profile_table import COLUMNS
+    from dcpsim.cost_models.profile_table import COLUMNS
 
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
 def write_rows(rows: list[dict[str, Any]], path: str) -> None:
     """Validate and write rows with :func:`cost_models.profile_table.write_profile`."""
-    from cost_models.profile_table import write_profile
+    from dcpsim.cost_models.profile_table import write_profile
 
     write_profile(to_frame(rows), path)

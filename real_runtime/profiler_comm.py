@@ -33,8 +33,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from real_runtime.profiler import ProfileSettings, device_name, profile_row
-from real_runtime.timing import Clock
+from dcpsim.real_runtime.profiler import ProfileSettings, device_name, profile_row
+from dcpsim.real_runtime.timing import Clock
 
 COLLECTIVE_OPS = ("send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce")
 CP_OPS = ("send_recv", "all_to_all")
@@ -143,7 +143,7 @@ def profile_collectives(sizes: Sequence[int], device: torch.device, dtype: torch
                 rows.append(profile_row(op, dev, source, bytes=_numel(nbytes, g, dtype) * dtype.itemsize,
                                         group_size=g, link=link, seconds=max(sec, 1e-9)))
     if together and world > 1:
-        from real_runtime.profile_timing import mean_over_processes
+        from dcpsim.real_runtime.profile_timing import mean_over_processes
 
         gathered: list[Any] | None = [None] * world if rank == 0 else None
         dist.gather_object(rows, gathered, dst=0)

@@ -1,10 +1,10 @@
-"""Run a policy's plans for real: ``python -m real_runtime.run`` (spawns its processes) or under torchrun.
+"""Run a policy's plans for real: ``python -m dcpsim.real_runtime.run`` (spawns its processes) or under torchrun.
 
 Examples::
 
-    python -m real_runtime.run --policy hydra --model tiny --nproc 4 --backend gloo --iterations 2 --out run1
-    python -m real_runtime.run --policy mcore-dcp --check           # also compare with a single-process run
-    torchrun --nproc-per-node 8 -m real_runtime.run --policy hydra --backend nccl --device cuda \\
+    python -m dcpsim.real_runtime.run --policy hydra --model tiny --nproc 4 --backend gloo --iterations 2 --out run1
+    python -m dcpsim.real_runtime.run --policy mcore-dcp --check           # also compare with a single-process run
+    torchrun --nproc-per-node 8 -m dcpsim.real_runtime.run --policy hydra --backend nccl --device cuda \\
         --dtype bfloat16 --context-len 65536 --tokens 524288 --out run_h200
 
 Every process builds the same synthetic batches and plans them with the policy (deterministic), the pool of
@@ -30,12 +30,12 @@ from typing import Any
 
 import pandas as pd
 
-from policies.spec import parse_policy_specs
-from real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
-from real_runtime.options import add_run_arguments
-from real_runtime.runner import TrainConfig, reference_losses, relative_errors
-from real_runtime.session import session_dict, session_worker
-from real_runtime.workload import Workload, plan_workload, synthetic_batches
+from dcpsim.policies.spec import parse_policy_specs
+from dcpsim.real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
+from dcpsim.real_runtime.options import add_run_arguments
+from dcpsim.real_runtime.runner import TrainConfig, reference_losses, relative_errors
+from dcpsim.real_runtime.session import session_dict, session_worker
+from dcpsim.real_runtime.workload import Workload, plan_workload, synthetic_batches
 
 
 @dataclass(frozen=True)
@@ -78,14 +78,14 @@ def run_workloads(workloads: Sequence[Workload], cfg: TrainConfig, *, nproc: int
 
 # ---- command line -------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m real_runtime.run", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m dcpsim.real_runtime.run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p)
     return p
 
 
 def plan_from_args(args: argparse.Namespace, world: int) -> tuple[Workload, TrainConfig]:
-    from cost_models import AnalyticCostModel, Calibration, JobSpec, get_gpu, get_model
+    from dcpsim.cost_models import AnalyticCostModel, Calibration, JobSpec, get_gpu, get_model
 
     budget = args.max_tokens_per_rank or math.ceil(args.context_len / world)
     job = JobSpec(model=get_model(args.model), gpu=get_gpu(args.gpu), tp=1, pp=1, pool=world,

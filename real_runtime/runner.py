@@ -36,15 +36,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from cost_models.presets import get_model
-from real_runtime.attention import cp_attention, varlen_attention
-from real_runtime.data import ShardInputs, num_targets, shard_inputs
-from real_runtime.group_pool import GroupPool
-from real_runtime.model import Decoder, build_model, token_loss_sum
-from real_runtime.optim import make_optimizer
-from real_runtime.options import OPTIMIZERS
-from real_runtime.timing import Clock, CommTimer
-from real_runtime.workload import Step, Workload
+from dcpsim.cost_models.presets import get_model
+from dcpsim.real_runtime.attention import cp_attention, varlen_attention
+from dcpsim.real_runtime.data import ShardInputs, num_targets, shard_inputs
+from dcpsim.real_runtime.group_pool import GroupPool
+from dcpsim.real_runtime.model import Decoder, build_model, token_loss_sum
+from dcpsim.real_runtime.optim import make_optimizer
+from dcpsim.real_runtime.options import OPTIMIZERS
+from dcpsim.real_runtime.timing import Clock, CommTimer
+from dcpsim.real_runtime.workload import Step, Workload
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 

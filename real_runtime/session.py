@@ -23,9 +23,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from real_runtime.launch import local_device
-from real_runtime.runner import TrainConfig, train
-from real_runtime.workload import Workload
+from dcpsim.real_runtime.launch import local_device
+from dcpsim.real_runtime.runner import TrainConfig, train
+from dcpsim.real_runtime.workload import Workload
 
 TIMELINE_COLUMNS = ("workload", "iteration", "stage", "rank", "microbatch", "phase", "kind", "comm", "start",
                     "end", "tokens")
@@ -42,7 +42,7 @@ def session_worker(rank: int, world: int, session: dict[str, Any]) -> None:
     """One process of a run (collective): create the pool, train every workload, gather to rank 0."""
     import torch.distributed as dist
 
-    from real_runtime.group_pool import GroupPool
+    from dcpsim.real_runtime.group_pool import GroupPool
 
     cfg = TrainConfig(**session["config"])
     workloads = [Workload.from_dict(w) for w in session["workloads"]]

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.base import CostModel
-from policies import Plan, create_policy, validate_plan
-from policies.plan import BatchLike
+from dcpsim.cost_models.base import CostModel
+from dcpsim.policies import Plan, create_policy, validate_plan
+from dcpsim.policies.plan import BatchLike
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from cost_models.base import CostModel
-from sim.flatten import FlatPlan, one_f_one_b_position
+from dcpsim.cost_models.base import CostModel
+from dcpsim.sim.flatten import FlatPlan, one_f_one_b_position
 
 
 class SimulationError(RuntimeError):

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.base import GroupBatch
-from policies.errors import PlanError
-from policies.plan import BatchLike, Plan
+from dcpsim.cost_models.base import GroupBatch
+from dcpsim.policies.errors import PlanError
+from dcpsim.policies.plan import BatchLike, Plan
 
 
 @dataclass(frozen=True)

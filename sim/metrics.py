@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from sim.timeline import Timeline
+from dcpsim.sim.timeline import Timeline
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.base import CostModel
-from policies.plan import BatchLike, Plan
-from sim.engine import OpTimes, execute
-from sim.flatten import FlatPlan, flatten, one_f_one_b_position
-from sim.metrics import Metrics, compute_metrics
-from sim.timeline import Timeline
+from dcpsim.cost_models.base import CostModel
+from dcpsim.policies.plan import BatchLike, Plan
+from dcpsim.sim.engine import OpTimes, execute
+from dcpsim.sim.flatten import FlatPlan, flatten, one_f_one_b_position
+from dcpsim.sim.metrics import Metrics, compute_metrics
+from dcpsim.sim.timeline import Timeline
 
 GIB = float(1 << 30)
 

@@ -14,7 +14,7 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-from cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
+from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
 
 
 @dataclass(frozen=True)

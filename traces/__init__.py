@@ -8,14 +8,14 @@ Lengths are in tokens throughout. This package imports nothing from the rest of 
 
 from __future__ import annotations
 
-from traces.batching import GlobalBatch, form_batches, sample_batches
-from traces.data import available_samples, load_sample
-from traces.errors import TraceError
-from traces.generators import empirical, lognormal, lognormal_pareto, mixture
-from traces.io import read_trace, write_trace
-from traces.presets import TracePreset, available_presets, get_preset, register_preset
-from traces.splitting import split_long, split_pieces
-from traces.trace import Trace
+from dcpsim.traces.batching import GlobalBatch, form_batches, sample_batches
+from dcpsim.traces.data import available_samples, load_sample
+from dcpsim.traces.errors import TraceError
+from dcpsim.traces.generators import empirical, lognormal, lognormal_pareto, mixture
+from dcpsim.traces.io import read_trace, write_trace
+from dcpsim.traces.presets import TracePreset, available_presets, get_preset, register_preset
+from dcpsim.traces.splitting import split_long, split_pieces
+from dcpsim.traces.trace import Trace
 
 __all__ = [
     "GlobalBatch",

@@ -6,7 +6,7 @@ import math
 import numbers
 from typing import Any
 
-from traces.errors import TraceError
+from dcpsim.traces.errors import TraceError
 
 
 def require_int(value: Any, param: str, minimum: int, context: str) -> int:

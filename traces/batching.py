@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from traces._params import require_int
-from traces.errors import TraceError
-from traces.presets import TracePreset, get_preset
-from traces.splitting import split_long, split_pieces
-from traces.trace import Trace
+from dcpsim.traces._params import require_int
+from dcpsim.traces.errors import TraceError
+from dcpsim.traces.presets import TracePreset, get_preset
+from dcpsim.traces.splitting import split_long, split_pieces
+from dcpsim.traces.trace import Trace
 
 __all__ = ["GlobalBatch", "form_batches", "sample_batches", "split_long"]
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from traces._params import require_int, require_real
-from traces.errors import TraceError
-from traces.trace import LENGTH_EXPECTED, to_int64_column
+from dcpsim.traces._params import require_int, require_real
+from dcpsim.traces.errors import TraceError
+from dcpsim.traces.trace import LENGTH_EXPECTED, to_int64_column
 
 __all__ = ["child_seeds", "empirical", "lognormal", "lognormal_pareto", "mixture"]
 

@@ -22,9 +22,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from traces import readers
-from traces.errors import TraceError
-from traces.trace import LENGTH_EXPECTED, STEP_EXPECTED, Trace, to_int64_column
+from dcpsim.traces import readers
+from dcpsim.traces.errors import TraceError
+from dcpsim.traces.trace import LENGTH_EXPECTED, STEP_EXPECTED, Trace, to_int64_column
 
 __all__ = ["SUPPORTED_EXTENSIONS", "read_trace", "write_trace"]
 

@@ -43,11 +43,11 @@ from functools import partial
 
 import numpy as np
 
-from traces._params import require_int
-from traces.data import load_sample
-from traces.errors import TraceError
-from traces.generators import empirical, lognormal_mean, lognormal_pareto, mixture, pareto_mean
-from traces.splitting import split_long
+from dcpsim.traces._params import require_int
+from dcpsim.traces.data import load_sample
+from dcpsim.traces.errors import TraceError
+from dcpsim.traces.generators import empirical, lognormal_mean, lognormal_pareto, mixture, pareto_mean
+from dcpsim.traces.splitting import split_long
 
 __all__ = ["TracePreset", "available_presets", "get_preset", "register_preset"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from traces.errors import TraceError
+from dcpsim.traces.errors import TraceError
 
 Raw = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
 _OBJECT_EXAMPLE = 'an object such as {"length": 4096, "step": 0}'

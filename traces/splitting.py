@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from traces._params import require_int
-from traces.trace import LENGTH_EXPECTED, to_int64_column
+from dcpsim.traces._params import require_int
+from dcpsim.traces.trace import LENGTH_EXPECTED, to_int64_column
 
 
 def split_pieces(lengths: Any, context_len: int) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from traces.errors import TraceError
+from dcpsim.traces.errors import TraceError
 
 _INT64_LIMIT = float(2**63)
 # Kinds of numpy dtypes that hold arbitrary Python objects or text and need the slow, per-value parse.

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python -m cost_models.data.build_defaults          # rewrites profile_h100.csv, calibration_h100.json,
+    python -m dcpsim.cost_models.data.build_defaults          # rewrites profile_h100.csv, calibration_h100.json,
                                                        # calibration_h200.json and cp_scaling_check.csv
 
 Steps (sources and licences in reference/SOURCES.md):
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from cost_models.calibration import published_calibration
-from cost_models.fitting import cp_scaling_check, fit_calibration
-from cost_models.flops import ATTENTION_BWD_FACTOR
-from cost_models.presets import get_gpu
-from cost_models.profile_table import COLUMNS, read_profile, validate_profile, write_profile
+from dcpsim.cost_models.calibration import published_calibration
+from dcpsim.cost_models.fitting import cp_scaling_check, fit_calibration
+from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
+from dcpsim.cost_models.presets import get_gpu
+from dcpsim.cost_models.profile_table import COLUMNS, read_profile, validate_profile, write_profile
 
 HERE = Path(__file__).parent
 REFERENCE = HERE / "reference"

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from experiments.errors import ScenarioError
-from experiments.figures import bubbles, gantt, scaling, scheduling, skew, throughput
-from experiments.figures.common import FigureContext
-from experiments.scenario import Scenario
+from dcpsim.experiments.errors import ScenarioError
+from dcpsim.experiments.figures import bubbles, gantt, scaling, scheduling, skew, throughput
+from dcpsim.experiments.figures.common import FigureContext
+from dcpsim.experiments.scenario import Scenario
 
 FIGURES: dict[str, ModuleType] = {m.KEY: m for m in (throughput, bubbles, skew, scheduling, gantt, scaling)}
 
@@ -43,7 +43,7 @@ def make_figures(out_dir: str | Path, scenarios: Sequence[Scenario] | None = Non
     otherwise each figure uses its own ``DEFAULT_SCENARIOS`` from ``experiments/scenarios``. ``policies``
     (labels such as ``"mcore-dcp:cp_engine=hybrid"``) replaces the scenarios' policies.
     """
-    from experiments.scenario_files import load_scenario
+    from dcpsim.experiments.scenario_files import load_scenario
 
     ctx = ctx or FigureContext(Path(out_dir), quick=quick)
     out: dict[str, list[Path]] = {}

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.figures.common import FigureContext, metrics_row, plt, policy_colour, save_figure
-from experiments.scenario import Scenario
+from dcpsim.experiments.figures.common import FigureContext, metrics_row, plt, policy_colour, save_figure
+from dcpsim.experiments.scenario import Scenario
 
 KEY = "b"
 STEM = "b_bubbles"

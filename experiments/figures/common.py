@@ -20,9 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from experiments.runner import PolicySpec, parse_policy_specs, run_policy
-from experiments.scenario import Scenario
-from sim.simulate import IterationResult
+from dcpsim.experiments.runner import PolicySpec, parse_policy_specs, run_policy
+from dcpsim.experiments.scenario import Scenario
+from dcpsim.sim.simulate import IterationResult
 
 POLICY_COLOURS = {"static-cp": "#7f7f7f", "mcore-dcp": "#1f77b4", "mcore-dcp-legacy": "#9ecae1",
                   "hydra": "#d62728"}

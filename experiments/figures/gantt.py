@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.figures.common import FigureContext, plt, save_figure
-from experiments.scenario import Scenario
+from dcpsim.experiments.figures.common import FigureContext, plt, save_figure
+from dcpsim.experiments.scenario import Scenario
 
 KEY = "e"
 STEM = "e_pipeline_timeline"

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.figures.common import (
+from dcpsim.experiments.figures.common import (
     FigureContext,
     baseline_of,
     human_tokens,
@@ -21,7 +21,7 @@ from experiments.figures.common import (
     policy_colour,
     save_figure,
 )
-from experiments.scenario import Scenario
+from dcpsim.experiments.scenario import Scenario
 
 KEY = "f"
 STEM = "f_speedup_vs_cluster_size"

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from experiments.figures.common import FigureContext, plt, policy_colour, save_figure
-from experiments.runner import PolicySpec, build_policy
-from experiments.scenario import Scenario
+from dcpsim.experiments.figures.common import FigureContext, plt, policy_colour, save_figure
+from dcpsim.experiments.runner import PolicySpec, build_policy
+from dcpsim.experiments.scenario import Scenario
 
 KEY = "d"
 STEM = "d_scheduling_time"
@@ -35,8 +35,8 @@ MICROBATCHES = 8
 
 def local_case(base: Scenario, n: int, w: int, microbatches: int = MICROBATCHES):
     """(batch, job, cost model): n documents of the base trace, pool w, a budget for ~``microbatches``."""
-    import traces
-    from traces.batching import GlobalBatch
+    from dcpsim import traces
+    from dcpsim.traces.batching import GlobalBatch
 
     lengths = traces.split_long(traces.get_preset(base.trace).sample(n, base.seed), base.context_len)[:n]
     budget = max(math.ceil(lengths.sum() / (w * microbatches)), math.ceil(lengths.max() / w))
@@ -61,7 +61,7 @@ def time_plan(spec: PolicySpec, batch, job, cost_model, repeats: int = 3, enough
 def case_maker(base: Scenario):
     """The benchmark's ``make_case`` when it is there and works, else :func:`local_case`; and its source."""
     try:
-        from experiments.bench_scheduler import make_case
+        from dcpsim.experiments.bench_scheduler import make_case
 
         make_case(64, 16, base.trace, base.seed, MICROBATCHES)
         return (lambda n, w: make_case(n, w, base.trace, base.seed, MICROBATCHES)), "bench_scheduler"

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.figures.common import FigureContext, plt, policy_colour, save_figure
-from experiments.scenario import Scenario
-from sim.metrics import equal_tokens_time_ratio, rank_microbatch_table
+from dcpsim.experiments.figures.common import FigureContext, plt, policy_colour, save_figure
+from dcpsim.experiments.scenario import Scenario
+from dcpsim.sim.metrics import equal_tokens_time_ratio, rank_microbatch_table
 
 KEY = "c"
 STEM = "c_tokens_vs_time"

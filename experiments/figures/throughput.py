@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.figures.common import (
+from dcpsim.experiments.figures.common import (
     FigureContext,
     baseline_of,
     human_tokens,
@@ -20,7 +20,7 @@ from experiments.figures.common import (
     policy_colour,
     save_figure,
 )
-from experiments.scenario import Scenario
+from dcpsim.experiments.scenario import Scenario
 
 KEY = "a"
 STEM = "a_throughput_vs_context"

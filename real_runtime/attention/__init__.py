@@ -19,7 +19,7 @@ Typical use on every member of a CP group::
     out = gather_packed(out_l, layout, comm)                        # optional, for checks
 """
 
-from real_runtime.attention.comm import (
+from dcpsim.real_runtime.attention.comm import (
     CPComm,
     gather_packed,
     head_to_seq,
@@ -27,7 +27,7 @@ from real_runtime.attention.comm import (
     new_cp_comm_for_group,
     seq_to_head,
 )
-from real_runtime.attention.engines import (
+from dcpsim.real_runtime.attention.engines import (
     CPAttentionError,
     cp_attention,
     hybrid_attention,
@@ -35,8 +35,8 @@ from real_runtime.attention.engines import (
     ulysses_attention,
     ulysses_gather_order,
 )
-from real_runtime.attention.layout import DualChunkLayout, cu_seqlens_from_lengths
-from real_runtime.attention.local import (
+from dcpsim.real_runtime.attention.layout import DualChunkLayout, cu_seqlens_from_lengths
+from dcpsim.real_runtime.attention.local import (
     AttentionBackend,
     MathBackend,
     default_scale,
@@ -44,7 +44,7 @@ from real_runtime.attention.local import (
     resolve_backend,
     varlen_attention,
 )
-from real_runtime.attention.reference import document_causal_mask, reference_attention
+from dcpsim.real_runtime.attention.reference import document_causal_mask, reference_attention
 
 __all__ = [
     "AttentionBackend", "CPAttentionError", "CPComm", "DualChunkLayout", "MathBackend", "cp_attention",

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from real_runtime.attention.layout import DualChunkLayout
+from dcpsim.real_runtime.attention.layout import DualChunkLayout
 
 if TYPE_CHECKING:
-    from policies.plan import CPGroup
+    from dcpsim.policies.plan import CPGroup
 
 ProcessGroup = Any  # torch.distributed.ProcessGroup (kept loose: its import path moved across versions)
 

@@ -27,10 +27,10 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from real_runtime.attention.comm import CPComm, head_to_seq, seq_to_head
-from real_runtime.attention.layout import DualChunkLayout
-from real_runtime.attention.local import AttentionBackend, default_scale, resolve_backend
-from real_runtime.attention.ring import ring_attention_shard
+from dcpsim.real_runtime.attention.comm import CPComm, head_to_seq, seq_to_head
+from dcpsim.real_runtime.attention.layout import DualChunkLayout
+from dcpsim.real_runtime.attention.local import AttentionBackend, default_scale, resolve_backend
+from dcpsim.real_runtime.attention.ring import ring_attention_shard
 
 
 class CPAttentionError(ValueError):

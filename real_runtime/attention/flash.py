@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from real_runtime.attention.local import Seqlens
+from dcpsim.real_runtime.attention.local import Seqlens
 
 
 def flash_attn_available() -> bool:

@@ -159,7 +159,7 @@ def resolve_backend(backend: AttentionBackend | str | None, q: torch.Tensor) -> 
     if name == "math":
         return MathBackend()
     if name in ("flash", "auto"):
-        from real_runtime.attention.flash import FlashAttnBackend, flash_attn_available
+        from dcpsim.real_runtime.attention.flash import FlashAttnBackend, flash_attn_available
 
         usable = (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] % 8 == 0
                   and flash_attn_available())

@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from real_runtime.attention.comm import CPComm, RingShift
-from real_runtime.attention.layout import DualChunkLayout
-from real_runtime.attention.local import AttentionBackend, merge_partials
+from dcpsim.real_runtime.attention.comm import CPComm, RingShift
+from dcpsim.real_runtime.attention.layout import DualChunkLayout
+from dcpsim.real_runtime.attention.local import AttentionBackend, merge_partials
 
 
 def _index(ix: np.ndarray, device: torch.device) -> torch.Tensor:

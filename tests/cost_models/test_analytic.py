@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from cost_models import AnalyticCostModel, GroupBatch, JobSpec, get_gpu, get_model
-from cost_models.calibration import published_calibration
-from cost_models.errors import InfeasibleError, SpecError
-from cost_models.flops import attention_fwd_flops, linear_fwd_flops_per_token
+from dcpsim.cost_models import AnalyticCostModel, GroupBatch, JobSpec, get_gpu, get_model
+from dcpsim.cost_models.calibration import published_calibration
+from dcpsim.cost_models.errors import InfeasibleError, SpecError
+from dcpsim.cost_models.flops import attention_fwd_flops, linear_fwd_flops_per_token
 from tests.conftest import small_job
 
 

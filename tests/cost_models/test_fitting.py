@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cost_models import AnalyticCostModel, Calibration, GroupBatch, default_calibration, get_gpu
-from cost_models.calibration import COLLECTIVES, LINKS, LinkModel, SaturatingCurve, published_calibration
-from cost_models.data import build_defaults
-from cost_models.errors import CalibrationError
-from cost_models.fitting import (
+from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, default_calibration, get_gpu
+from dcpsim.cost_models.calibration import COLLECTIVES, LINKS, LinkModel, SaturatingCurve, published_calibration
+from dcpsim.cost_models.data import build_defaults
+from dcpsim.cost_models.errors import CalibrationError
+from dcpsim.cost_models.fitting import (
     cp_scaling_check,
     fit_calibration,
     fit_link,
@@ -21,7 +21,7 @@ from cost_models.fitting import (
     loo_errors,
     loo_summary,
 )
-from cost_models.profile_table import COLUMNS, read_profile, validate_profile
+from dcpsim.cost_models.profile_table import COLUMNS, read_profile, validate_profile
 from tests.conftest import small_job
 
 DATA = Path(build_defaults.__file__).parent
@@ -232,8 +232,8 @@ def test_changing_a_link_changes_communication_only():
 
 
 def test_a_calibration_equal_to_the_default_gives_the_same_simulation(tmp_path):
-    from policies import create_policy
-    from sim.simulate import simulate_plan
+    from dcpsim.policies import create_policy
+    from dcpsim.sim.simulate import simulate_plan
     from tests.conftest import Batch
 
     job = small_job(pool=8, max_tokens_per_rank=16384)

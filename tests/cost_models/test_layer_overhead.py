@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cost_models import Calibration, get_gpu, get_model
-from cost_models.calibration import published_calibration
-from cost_models.errors import CalibrationError
-from cost_models.fitting import fit_calibration, fit_overhead, layer_kernel_seconds
-from cost_models.profile_table import COLUMNS, validate_profile
+from dcpsim.cost_models import Calibration, get_gpu, get_model
+from dcpsim.cost_models.calibration import published_calibration
+from dcpsim.cost_models.errors import CalibrationError
+from dcpsim.cost_models.fitting import fit_calibration, fit_overhead, layer_kernel_seconds
+from dcpsim.cost_models.profile_table import COLUMNS, validate_profile
 
 TOKENS = (32, 100, 256, 1000, 4096)
 

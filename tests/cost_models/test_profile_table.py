@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cost_models.data import build_defaults
-from cost_models.errors import CalibrationError
-from cost_models.profile_table import (
+from dcpsim.cost_models.data import build_defaults
+from dcpsim.cost_models.errors import CalibrationError
+from dcpsim.cost_models.profile_table import (
     COLUMNS,
     REQUIRED_COLUMNS,
     attention_pairs,

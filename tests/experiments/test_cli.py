@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from experiments.cli import main
+from dcpsim.experiments.cli import main
 
 SMALL = ["--global-batch-tokens", "1048576", "--no-progress"]
 KEYS = {"policy": str, "iteration_time_s": float, "tokens_per_s": float, "tokens_per_s_per_gpu": float,
@@ -49,7 +49,7 @@ def test_simulate_writes_plan_and_timeline(tmp_path, capsys):
     assert main(["simulate", "--policy", "static-cp", *SMALL, "--plan-out", str(plan),
                  "--timeline-out", str(tl)]) == 0
     assert "pipeline_bubble" in capsys.readouterr().out
-    from policies import Plan
+    from dcpsim.policies import Plan
     assert Plan.from_json(plan.read_text()).num_microbatches >= 1
     assert tl.read_text().startswith("stage,rank,microbatch,phase,kind,comm,start,end,tokens")
 

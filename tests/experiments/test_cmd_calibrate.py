@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cost_models import Calibration, default_calibration, get_gpu
-from cost_models.data import build_defaults
-from experiments.cli import main
+from dcpsim.cost_models import Calibration, default_calibration, get_gpu
+from dcpsim.cost_models.data import build_defaults
+from dcpsim.experiments.cli import main
 
 DATA = Path(build_defaults.__file__).parent
 PROFILE = str(DATA / "profile_h100.csv")
@@ -111,7 +111,7 @@ def _compare(extra: list[str], trace: Path, capsys) -> dict:
 
 
 def test_compare_with_a_calibration_equal_to_the_default_is_identical(tmp_path, capsys, monkeypatch):
-    from experiments import cmd_compare
+    from dcpsim.experiments import cmd_compare
 
     # the progress bar is off (--no-progress); keep it from touching a stderr captured by an earlier test
     monkeypatch.setattr(cmd_compare, "Progress", lambda *a, **k: None)

@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from cost_models import (
+from dcpsim.cost_models import (
     AnalyticCostModel,
     GroupBatch,
     JobSpec,
@@ -15,8 +15,8 @@ from cost_models import (
     get_gpu,
     get_model,
 )
-from cost_models.flops import attention_fwd_flops
-from experiments.cli import main
+from dcpsim.cost_models.flops import attention_fwd_flops
+from dcpsim.experiments.cli import main
 
 EXAMPLE = ["cost", "--gpu", "h100", "--seq-len", "32768", "--heads", "64", "--kv-heads", "4",
            "--head-dim", "128", "--cp", "1", "--json"]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiments.cli import main
+from dcpsim.experiments.cli import main
 
 SMALL = ["--backend", "gloo", "--nproc", "4", "--iterations", "1", "--tokens", "1536", "--context-len", "512",
          "--median-len", "120"]
@@ -42,8 +42,8 @@ def test_writes_profile_calibration_errors_and_plot(validated):
     for name in ("profile.csv", "calibration.json", "simulated.csv", "errors.csv", "validate.png",
                  "run/timeline.csv", "run/losses.csv"):
         assert (out / name).exists(), name
-    from cost_models import Calibration
-    from cost_models.profile_table import read_profile
+    from dcpsim.cost_models import Calibration
+    from dcpsim.cost_models.profile_table import read_profile
 
     prof = read_profile(out / "profile.csv")
     assert {"attn_fwd", "attn_bwd", "gemm", "layer_fwd", "layer_bwd", "send_recv", "all_to_all"} <= set(prof.op)

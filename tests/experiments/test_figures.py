@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from experiments.cli import main
-from experiments.errors import ScenarioError
-from experiments.figures import FIGURES, make_figures, select
-from experiments.figures.common import FigureContext
-from experiments.scenario_files import load_scenario
+from dcpsim.experiments.cli import main
+from dcpsim.experiments.errors import ScenarioError
+from dcpsim.experiments.figures import FIGURES, make_figures, select
+from dcpsim.experiments.figures.common import FigureContext
+from dcpsim.experiments.scenario_files import load_scenario
 
 TINY = """
 description = "tiny test scenario"

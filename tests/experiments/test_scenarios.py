@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.cli import main
-from experiments.runner import parse_policy_specs, run_policy
-from experiments.scenario_files import SCENARIO_DIR, load_scenario, scenario_names
-from policies.registry import available_policies
+from dcpsim.experiments.cli import main
+from dcpsim.experiments.runner import parse_policy_specs, run_policy
+from dcpsim.experiments.scenario_files import SCENARIO_DIR, load_scenario, scenario_names
+from dcpsim.policies.registry import available_policies
 
 SHIPPED = {  # name → (GPUs, model, TP, PP, pool, context)
     "h100-512-32k": (512, "llama3-8b", 2, 4, 64, 32768),

@@ -7,10 +7,10 @@ import json
 import pandas as pd
 import pytest
 
-import experiments.sweep as sweep_mod
-from experiments.cli import main
-from experiments.errors import ScenarioError
-from experiments.sweep import load_sweep, run_sweep
+import dcpsim.experiments.sweep as sweep_mod
+from dcpsim.experiments.cli import main
+from dcpsim.experiments.errors import ScenarioError
+from dcpsim.experiments.sweep import load_sweep, run_sweep
 
 BASE = """
 model = "llama3-8b"

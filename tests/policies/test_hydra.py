@@ -9,14 +9,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
-from policies import Engine, PolicyError, create_policy, validate_plan
-from policies.hydra import HyDra, rank_loads
-from policies.hydra_order import best_order, candidate_orders, makespan, makespans
-from policies.hydra_placement import _Packer, place
-from policies.hydra_target import build_target_model, cell_degrees, pack_heavy, solve_tau
-from policies.hydra_work import allowed_degrees, build_grid, engine_options, group_overhead, sequence_work
-from policies.registry import available_policies, policy_options
+from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
+from dcpsim.policies import Engine, PolicyError, create_policy, validate_plan
+from dcpsim.policies.hydra import HyDra, rank_loads
+from dcpsim.policies.hydra_order import best_order, candidate_orders, makespan, makespans
+from dcpsim.policies.hydra_placement import _Packer, place
+from dcpsim.policies.hydra_target import build_target_model, cell_degrees, pack_heavy, solve_tau
+from dcpsim.policies.hydra_work import allowed_degrees, build_grid, engine_options, group_overhead, sequence_work
+from dcpsim.policies.registry import available_policies, policy_options
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def test_registered_with_its_options() -> None:
 def test_work_model_adds_up_to_the_group_cost_for_gemm_attention_and_ulysses() -> None:
     """overhead + Σ work equals the cost model's price of a packed group where the costs are additive
     (GEMMs are affine in tokens, attention is per sequence, all-to-alls are affine): Ulysses inside a node."""
-    from cost_models.base import GroupBatch
+    from dcpsim.cost_models.base import GroupBatch
 
     job = job_of(pool=8)
     cm = AnalyticCostModel(job)
@@ -74,7 +74,7 @@ def test_work_model_adds_up_to_the_group_cost_for_gemm_attention_and_ulysses() -
 def test_work_model_is_conservative_for_the_ring() -> None:
     """A ring hides one sequence's transfers behind another's attention: the sum of isolated works is an
     upper bound of the packed group's price."""
-    from cost_models.base import GroupBatch
+    from dcpsim.cost_models.base import GroupBatch
 
     job = job_of(pool=16)
     cm = AnalyticCostModel(job)

@@ -11,10 +11,10 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
-from policies import PolicyError, create_policy, validate_plan
-from policies.hydra import rank_loads
-from policies.hydra_work import allowed_degrees, engine_options, group_overhead, sequence_work
+from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
+from dcpsim.policies import PolicyError, create_policy, validate_plan
+from dcpsim.policies.hydra import rank_loads
+from dcpsim.policies.hydra_work import allowed_degrees, engine_options, group_overhead, sequence_work
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policies import validate_plan
-from policies.mcore_dcp import groups_to_plan, schedule_sample_ids
+from dcpsim.policies import validate_plan
+from dcpsim.policies.mcore_dcp import groups_to_plan, schedule_sample_ids
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "mcore_scheduler_cases.json"
 CURRENT, LEGACY = "dev_default_dynamic_cp_sample_id_groups", "main_balanced_cp_sample_id_groups"

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models.presets import get_gpu, get_model
-from cost_models.specs import JobSpec
-from policies import Engine, PolicyError, create_policy, validate_plan
-from policies.mcore_dcp import McoreDCP, McoreDCPLegacy, schedule_sample_ids
-from policies.mcore_scheduler import allowed_sizes
-from policies.registry import available_policies, policy_options
+from dcpsim.cost_models.presets import get_gpu, get_model
+from dcpsim.cost_models.specs import JobSpec
+from dcpsim.policies import Engine, PolicyError, create_policy, validate_plan
+from dcpsim.policies.mcore_dcp import McoreDCP, McoreDCPLegacy, schedule_sample_ids
+from dcpsim.policies.mcore_scheduler import allowed_sizes
+from dcpsim.policies.registry import available_policies, policy_options
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def test_legacy_has_no_minimum_degree() -> None:
 def test_other_engines_keep_upstream_groups(engine: str) -> None:
     """cp_engine changes only the engines of upstream's groups (ablation: upstream scheduler + hierarchical
     engine)."""
-    from cost_models import AnalyticCostModel
+    from dcpsim.cost_models import AnalyticCostModel
     from tests.conftest import small_job
 
     job = small_job(pool=16, max_tokens_per_rank=8192)

@@ -15,8 +15,8 @@ from collections import deque
 import numpy as np
 import pytest
 
-from policies.mcore_dcp import schedule_sample_ids
-from policies.mcore_scheduler import WORKLOAD_CAP_DELTA, allowed_sizes, cp_min
+from dcpsim.policies.mcore_dcp import schedule_sample_ids
+from dcpsim.policies.mcore_scheduler import WORKLOAD_CAP_DELTA, allowed_sizes, cp_min
 
 
 def _degrees(L: int, N: int, M: int, m0: int) -> list[int]:

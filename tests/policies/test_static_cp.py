@@ -3,10 +3,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models import AnalyticCostModel, ConstantCostModel
-from cost_models.errors import InfeasibleError
-from policies import PolicyError, create_policy, validate_plan
-from policies.static_cp import pack_first_fit
+from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel
+from dcpsim.cost_models.errors import InfeasibleError
+from dcpsim.policies import PolicyError, create_policy, validate_plan
+from dcpsim.policies.static_cp import pack_first_fit
 from tests.conftest import Batch, small_job
 
 

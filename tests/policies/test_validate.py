@@ -1,6 +1,6 @@
 import pytest
 
-from policies import CPGroup, Engine, Plan, PlanError, make_plan, validate_plan
+from dcpsim.policies import CPGroup, Engine, Plan, PlanError, make_plan, validate_plan
 from tests.conftest import Batch
 
 B = Batch.of([100, 200, 300, 400])

@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from policies.plan import CPGroup, Engine
-from real_runtime.attention import (
+from dcpsim.policies.plan import CPGroup, Engine
+from dcpsim.real_runtime.attention import (
     CPComm,
     DualChunkLayout,
     cp_attention,

@@ -41,7 +41,7 @@ def test_bad_ulysses_degree_raises_value_error(results, case: Case):
 
 def test_subgroups_ran_their_own_documents(results):
     """Two CP groups of 2 run at once on disjoint ranks, each on its own documents."""
-    from real_runtime.attention import DualChunkLayout
+    from dcpsim.real_runtime.attention import DualChunkLayout
 
     case = next(c for c in CASES if c.name == "two_rings_of_2")
     res = results[case.name]

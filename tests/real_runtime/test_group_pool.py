@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from policies import CPGroup, Engine, make_plan
-from real_runtime.group_pool import (
+from dcpsim.policies import CPGroup, Engine, make_plan
+from dcpsim.real_runtime.group_pool import (
     GroupKey,
     GroupPool,
     GroupPoolError,
@@ -118,7 +118,7 @@ def _worker(rank: int, world: int, out_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def spawned(tmp_path_factory):
-    from real_runtime.launch import spawn
+    from dcpsim.real_runtime.launch import spawn
 
     out = tmp_path_factory.mktemp("pool")
     spawn(_worker, 4, (str(out),), backend="gloo", timeout_s=120)

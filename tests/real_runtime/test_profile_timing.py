@@ -6,15 +6,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from real_runtime.profile_timing import (
+from dcpsim.real_runtime.profile_timing import (
     Timer,
     describe,
     mean_over_processes,
     median_seconds,
     window_mean_seconds,
 )
-from real_runtime.profiler import ProfileSettings
-from real_runtime.timing import Clock
+from dcpsim.real_runtime.profiler import ProfileSettings
+from dcpsim.real_runtime.timing import Clock
 
 
 class Counter:

@@ -5,13 +5,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cost_models import get_gpu, get_model
-from cost_models.calibration import published_calibration
-from cost_models.fitting import fit_calibration
-from cost_models.profile_table import COLUMNS, COMPUTE_OPS, read_profile
-from real_runtime.profile import main as profile_main
-from real_runtime.profile import profile_job, run_profile
-from real_runtime.profiler import ProfileSettings, linear_shapes, profile_compute, write_rows
+from dcpsim.cost_models import get_gpu, get_model
+from dcpsim.cost_models.calibration import published_calibration
+from dcpsim.cost_models.fitting import fit_calibration
+from dcpsim.cost_models.profile_table import COLUMNS, COMPUTE_OPS, read_profile
+from dcpsim.real_runtime.profile import main as profile_main
+from dcpsim.real_runtime.profile import profile_job, run_profile
+from dcpsim.real_runtime.profiler import ProfileSettings, linear_shapes, profile_compute, write_rows
 
 TINY = ProfileSettings(attention_lengths=(32, 96, 256), gemm_tokens=(16, 64, 256), layer_tokens=(16, 64),
                        collective_bytes=(1 << 12, 1 << 16), repeats=2, warmup=1, window_s=0.005)
@@ -74,7 +74,7 @@ def test_two_processes_in_either_layout(tmp_path, layout):
 def test_command_line_layout_option(tmp_path):
     with pytest.raises(SystemExit):
         profile_main(["--out", str(tmp_path / "x.csv"), "--layout", "sideways"])
-    from real_runtime.profile import build_parser
+    from dcpsim.real_runtime.profile import build_parser
 
     assert build_parser().parse_args(["--out", "x.csv"]).layout == "concurrent"
 

@@ -11,12 +11,12 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-from cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
-from policies import CPGroup, Engine, available_policies, make_plan
-from real_runtime.run import run_workloads
-from real_runtime.runner import TrainConfig, reference_losses, relative_errors
-from real_runtime.session import TIMELINE_COLUMNS
-from real_runtime.workload import Batch, Step, Workload, plan_workload
+from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
+from dcpsim.policies import CPGroup, Engine, available_policies, make_plan
+from dcpsim.real_runtime.run import run_workloads
+from dcpsim.real_runtime.runner import TrainConfig, reference_losses, relative_errors
+from dcpsim.real_runtime.session import TIMELINE_COLUMNS
+from dcpsim.real_runtime.workload import Batch, Step, Workload, plan_workload
 
 POLICIES = ("static-cp", "mcore-dcp", "hydra")
 TOL = 1e-4

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")  # the rule of tests/real_runtime (compare 
 
 import pandas as pd
 
-from real_runtime.compare import (
+from dcpsim.real_runtime.compare import (
     ape,
     compare_iteration,
     mape,

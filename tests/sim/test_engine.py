@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from policies import CPGroup, Engine, make_plan
-from sim.flatten import one_f_one_b_position
-from sim.simulate import simulate_plan
+from dcpsim.policies import CPGroup, Engine, make_plan
+from dcpsim.sim.flatten import one_f_one_b_position
+from dcpsim.sim.simulate import simulate_plan
 from tests.conftest import Batch, constant_model
 
 
@@ -78,7 +78,7 @@ def test_dp_wait_and_gradient_sync():
 
 def test_microbatch_skew_sees_same_tokens_different_time():
     # two groups of 2 ranks, same tokens per rank (4000), one long sequence vs many short ones
-    from cost_models import AnalyticCostModel
+    from dcpsim.cost_models import AnalyticCostModel
     from tests.conftest import small_job
     cm = AnalyticCostModel(small_job(pool=4))
     plan = make_plan("t", 4, [[CPGroup((0, 1), (0,), Engine.for_size("ring", 2)),
@@ -92,8 +92,8 @@ def test_same_time_event_order_is_pinned():
     which their last dependency finished. Here four independent single-rank groups start at t = 0 in rank
     order, then their backwards in the order their forwards were scheduled."""
     plan = make_plan("t", 4, [[CPGroup((r,), (r,), Engine()) for r in (2, 0, 3, 1)]])
-    from sim.engine import execute
-    from sim.flatten import flatten
+    from dcpsim.sim.engine import execute
+    from dcpsim.sim.flatten import flatten
     batch = Batch.of([1000] * 4)
     ot = execute(flatten(plan, batch), constant_model(pool=4), 1)
     # op index = group*2 + phase; groups listed in plan order (ranks 2, 0, 3, 1)
@@ -122,8 +122,8 @@ def test_ranks_skip_microbatches_they_are_not_in():
 
 
 def test_peak_memory_counts_in_flight_microbatches():
-    from sim.flatten import flatten
-    from sim.simulate import peak_tokens_in_flight
+    from dcpsim.sim.flatten import flatten
+    from dcpsim.sim.simulate import peak_tokens_in_flight
     plan, batch = uniform_plan(2, 6)
     peak = peak_tokens_in_flight(flatten(plan, batch), 4)
     # 1F1B: stage s holds p − s microbatches at once

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traces import (
+from dcpsim.traces import (
     GlobalBatch,
     Trace,
     TraceError,
@@ -17,7 +17,7 @@ from traces import (
     sample_batches,
     split_long,
 )
-from traces.splitting import split_pieces
+from dcpsim.traces.splitting import split_pieces
 
 lengths_st = st.lists(st.integers(1, 5000), min_size=1, max_size=200)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import traces
-from traces import TraceError, available_samples, load_sample
+from dcpsim import traces
+from dcpsim.traces import TraceError, available_samples, load_sample
 
 DATA = Path(traces.__file__).parent / "data"
 

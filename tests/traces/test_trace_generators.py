@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traces import TraceError, empirical, lognormal, lognormal_pareto, mixture
-from traces.generators import child_seeds, lognormal_mean, pareto_mean
+from dcpsim.traces import TraceError, empirical, lognormal, lognormal_pareto, mixture
+from dcpsim.traces.generators import child_seeds, lognormal_mean, pareto_mean
 
 N = 200_000
 

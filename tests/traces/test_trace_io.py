@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traces import Trace, TraceError, read_trace, write_trace
+from dcpsim.traces import Trace, TraceError, read_trace, write_trace
 
 FORMATS = [".csv", ".parquet", ".jsonl", ".json"]
 

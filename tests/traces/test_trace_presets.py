@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from traces import (
+from dcpsim.traces import (
     TraceError,
     TracePreset,
     available_presets,
@@ -14,7 +14,7 @@ from traces import (
     presets,
     register_preset,
 )
-from traces.presets import LONG_TOKEN_SHARE, long_doc_weight
+from dcpsim.traces.presets import LONG_TOKEN_SHARE, long_doc_weight
 
 REQUIRED = ["256k", "32k", "prolong", "wlbllm"]
 

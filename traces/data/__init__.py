@@ -12,7 +12,7 @@ from importlib import resources
 
 import numpy as np
 
-from traces.errors import TraceError
+from dcpsim.traces.errors import TraceError
 
 SAMPLES: dict[str, str] = {
     "wlbllm": "doclens_wlbllm.npz",
