@@ -8,7 +8,8 @@ from dcpsim.cost_models.constant import ConstantCostModel
 from dcpsim.cost_models.errors import CalibrationError, InfeasibleError, SpecError
 from dcpsim.cost_models.presets import get_gpu, get_model
 from dcpsim.cost_models.specs import GPUSpec, JobSpec, ModelSpec
+from dcpsim.cost_models.terms import CostTerms
 
-__all__ = ["AnalyticCostModel", "Calibration", "CalibrationError", "ConstantCostModel", "CostModel", "GPUSpec",
+__all__ = ["AnalyticCostModel", "Calibration", "CalibrationError", "ConstantCostModel", "CostModel", "CostTerms", "GPUSpec",
            "GroupBatch", "GroupCosts", "InfeasibleError", "JobSpec", "ModelSpec", "SpecError",
            "default_calibration", "get_gpu", "get_model"]

@@ -38,6 +38,7 @@ from dcpsim.cost_models.flops import (
 )
 from dcpsim.cost_models.memory import memory_budget_tokens, model_state_bytes, peak_memory_bytes, stage_params
 from dcpsim.cost_models.specs import JobSpec
+from dcpsim.cost_models.terms import CostTerms
 from dcpsim.cost_models.topology import node_of, spans_nodes
 
 BF16_BYTES = 2.0
@@ -50,6 +51,7 @@ class AnalyticCostModel:
 
     job: JobSpec
     calibration: Calibration | None = None
+    terms: CostTerms = field(default_factory=CostTerms)  # which first-order terms are on (cost_models.terms)
     _cal: Calibration = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

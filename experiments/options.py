@@ -41,6 +41,9 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="per-rank token budget of a microbatch (default: derived from GPU memory)")
     g.add_argument("--cp-engine", choices=("ring", "ulysses", "hybrid", "auto"),
                    help="CP engine for the policies that take one (default: each policy's own)")
+    g.add_argument("--cost-terms", metavar="TERMS",
+                   help="cost-model terms: 'all' (default), 'legacy' (the first model: none of the terms added "
+                        "since), or edits such as 'all,-tp_comm' or 'legacy,+lm_head' (docs/cost_model.md)")
     g.add_argument("--cp-degree", type=positive_int, help="fixed CP degree of static-cp (default: smallest that fits)")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -57,7 +60,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         base = load_scenario(args.scenario)
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in
                                ("model", "gpu", "tp", "pp", "pool", "context_len", "global_batch_tokens", "trace",
-                                "iterations", "seed", "calibration")}
+                                "iterations", "seed", "calibration", "cost_terms")}
     changes["max_tokens_per_rank"] = getattr(args, "max_seqlen_per_rank", None)
     sc = base.with_(**changes)
     opts = dict(sc.policy_options)

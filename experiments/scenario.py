@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from dcpsim.cost_models import AnalyticCostModel, Calibration, JobSpec, get_gpu, get_model
+from dcpsim.cost_models import AnalyticCostModel, Calibration, CostTerms, JobSpec, get_gpu, get_model
 from dcpsim.cost_models.errors import SpecError
 
 DEFAULT_POLICIES = ("static-cp", "mcore-dcp", "hydra")
@@ -38,6 +38,7 @@ class Scenario:
     calibration: str | None = None  # a calibration JSON; default: the GPU's shipped calibration
     max_tokens_per_rank: int | None = None
     memory_reserve_gb: float = 6.0
+    cost_terms: str = "all"  # which cost-model terms are on: 'all', 'legacy', edits like 'all,-tp_comm'
     policy_options: dict[str, Any] = field(default_factory=dict)  # options passed to every policy that takes them
 
     @property
@@ -64,7 +65,7 @@ class Scenario:
 
     def cost_model(self) -> AnalyticCostModel:
         cal = Calibration.load(self.calibration) if self.calibration else None
-        return AnalyticCostModel(self.job(), cal)
+        return AnalyticCostModel(self.job(), cal, CostTerms.parse(self.cost_terms, "cost_terms"))
 
     def batches(self):
         """The global batches of this scenario (one per iteration), deterministic in ``seed``."""
