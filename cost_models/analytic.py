@@ -72,8 +72,7 @@ class AnalyticCostModel:
         tokens = groups.tokens()
         tpr = tokens / size
 
-        lin_flops = tpr * linear_fwd_flops_per_token(m) / t * nl
-        lin_f = cal.gemm.seconds(lin_flops, tpr)
+        lin_f = self._linear_fwd_s(tpr)
 
         L = groups.seq_len.astype(np.float64)
         att_flops = attention_fwd_flops(L, m) / t / size[gid] * nl
@@ -88,12 +87,44 @@ class AnalyticCostModel:
         inner_crosses = spans_nodes(job, stage, groups.first_rank, groups.ulysses)
         a2a = self._ulysses_time(tpr, u, inner_crosses)
         fixed_f, fixed_b = nl * cal.layer_overhead_fwd_s, nl * cal.layer_overhead_bwd_s
+        tp_layer = self.tp_comm_layer_s(tpr)
         return GroupCosts(
             fwd_compute_s=lin_f + att_f + fixed_f,
             fwd_comm_s=(ring_f + a2a) * nl,
             bwd_compute_s=LINEAR_BWD_FACTOR * lin_f + att_b + fixed_b,
             bwd_comm_s=(ring_b + a2a) * nl,
+            fwd_tp_comm_s=tp_layer * nl,
+            bwd_tp_comm_s=tp_layer * nl,
         )
+
+    def _linear_fwd_s(self, tpr: np.ndarray) -> np.ndarray:
+        """Forward seconds of the stage's linear layers (QKV/O projections, SwiGLU MLP) for ``tpr`` tokens
+        per rank, on one GPU of the TP group. The one place the dense GEMMs are priced (MoE layers would
+        replace this helper)."""
+        job = self.job
+        lin_flops = tpr * linear_fwd_flops_per_token(job.model) / job.tp * job.layers_per_stage
+        return self._cal.gemm.seconds(lin_flops, tpr)
+
+    def tp_comm_layer_s(self, tpr: np.ndarray) -> np.ndarray:
+        """Exposed TP communication of one layer, forward (the backward is the same), per GPU (seconds).
+
+        Megatron-LM sequence parallelism (Korthikanti et al. 2022, §4.2.2): per layer forward, an all-gather
+        before the QKV and the first MLP GEMM and a reduce-scatter after the O and the second MLP GEMM, each
+        of the full activation, tokens · h · 2 bytes (bf16) — the nccl-tests buffer size, of which a ring
+        moves (t−1)/t per GPU. The backward mirrors them (all-gather ↔ reduce-scatter). The TP group sits
+        inside a node (JobSpec requires t ≤ GPUs per node), so the calibration's NVLink all_gather and
+        reduce_scatter models price them, α included. ``job.tp_comm_overlap`` of it is hidden behind GEMMs
+        (0 by default: Megatron-LM's default is no --tp-comm-overlap). Not counted: the backward's second
+        all-gather of a column-parallel layer's input for its weight gradient (Megatron overlaps it with the
+        data-gradient GEMM), and the loss's tiny all-reduces (cost_models.head)."""
+        tpr = np.asarray(tpr, dtype=np.float64)
+        job = self.job
+        if not self.terms.tp_comm or job.tp == 1:
+            return np.zeros_like(tpr)
+        nbytes = tpr * job.model.hidden * BF16_BYTES
+        ag = self._cal.link("all_gather", "nvlink").seconds("all_gather", nbytes, job.tp)
+        rs = self._cal.link("reduce_scatter", "nvlink").seconds("reduce_scatter", nbytes, job.tp)
+        return (1.0 - job.tp_comm_overlap) * 2.0 * (ag + rs)
 
     def _ring_exposed(self, tokens, r, u, att_f_layer, att_b_layer, crosses):
         """Exposed ring time per layer (forward, backward)."""

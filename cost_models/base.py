@@ -46,17 +46,21 @@ class GroupBatch:
 
 @dataclass(frozen=True)
 class GroupCosts:
-    """Per group, for one rank of the group at one stage (seconds): compute and *exposed* CP communication,
-    forward and backward."""
+    """Per group, for one rank of the group at one stage (seconds): compute, *exposed* CP communication and
+    exposed TP (sequence-parallel) communication, forward and backward. The TP fields default to 0 (a scalar
+    broadcasts) for cost models without TP communication."""
 
     fwd_compute_s: np.ndarray
     fwd_comm_s: np.ndarray
     bwd_compute_s: np.ndarray
     bwd_comm_s: np.ndarray
+    fwd_tp_comm_s: np.ndarray | float = 0.0
+    bwd_tp_comm_s: np.ndarray | float = 0.0
 
     @property
     def total_s(self) -> np.ndarray:
-        return self.fwd_compute_s + self.fwd_comm_s + self.bwd_compute_s + self.bwd_comm_s
+        return (self.fwd_compute_s + self.fwd_comm_s + self.bwd_compute_s + self.bwd_comm_s
+                + self.fwd_tp_comm_s + self.bwd_tp_comm_s)
 
 
 class CostModel(Protocol):

@@ -86,6 +86,9 @@ class JobSpec:
     global_batch_tokens: int = 1 << 20
     memory_reserve_gb: float = 6.0  # CUDA context, NCCL buffers, fragmentation
     max_tokens_per_rank: int | None = None
+    # Fraction of the TP/SP all-gathers and reduce-scatters hidden behind GEMMs. 0 = all exposed, as Megatron-LM
+    # runs without --tp-comm-overlap (its default); TransformerEngine's userbuffers overlap hides most of it.
+    tp_comm_overlap: float = 0.0
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens"):
@@ -100,6 +103,8 @@ class JobSpec:
         _require(self.tp <= self.gpu.gpus_per_node, "job.tp", self.tp,
                  f"at most gpu.gpus_per_node = {self.gpu.gpus_per_node} (TP stays inside a node)")
         _require(self.memory_reserve_gb >= 0, "job.memory_reserve_gb", self.memory_reserve_gb, "≥ 0")
+        _require(isinstance(self.tp_comm_overlap, (int, float)) and 0.0 <= self.tp_comm_overlap <= 1.0,
+                 "job.tp_comm_overlap", self.tp_comm_overlap, "a fraction between 0 (exposed) and 1 (hidden)")
         if self.max_tokens_per_rank is not None:
             _require(self.max_tokens_per_rank >= 1, "job.max_tokens_per_rank", self.max_tokens_per_rank,
                      "a positive integer")

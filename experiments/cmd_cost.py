@@ -55,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CP engine (default ring)")
     j.add_argument("--ulysses", type=positive_int, help="inner Ulysses degree u of a hybrid engine (u divides c)")
     j.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: the GPU's shipped one)")
+    j.add_argument("--tp-comm-overlap", type=float, default=0.0, metavar="FRACTION",
+                   help="fraction of the TP all-gathers / reduce-scatters hidden behind GEMMs (default 0: "
+                        "exposed, as Megatron-LM without --tp-comm-overlap)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
@@ -92,7 +95,8 @@ def predict(args: argparse.Namespace) -> dict:
     model = build_model(args)
     gpu = get_gpu(args.gpu)
     L, c = args.seq_len, args.cp
-    job = JobSpec(model=model, gpu=gpu, tp=args.tp, pp=1, pool=c, context_len=L, global_batch_tokens=L)
+    job = JobSpec(model=model, gpu=gpu, tp=args.tp, pp=1, pool=c, context_len=L, global_batch_tokens=L,
+                  tp_comm_overlap=args.tp_comm_overlap)
     u = _ulysses(args, job)
     cal = Calibration.load(args.calibration) if args.calibration else default_calibration(gpu)
     one = GroupBatch(seq_len=np.array([L], dtype=np.int64), seq_group=np.array([0], dtype=np.int64),
@@ -114,6 +118,8 @@ def predict(args: argparse.Namespace) -> dict:
         "linear_fwd_s": float(lin.fwd_compute_s[0]), "linear_bwd_s": float(lin.bwd_compute_s[0]),
         "overhead_fwd_s": cal.layer_overhead_fwd_s, "overhead_bwd_s": cal.layer_overhead_bwd_s,
         "cp_comm_fwd_s": float(full.fwd_comm_s[0]), "cp_comm_bwd_s": float(full.bwd_comm_s[0]),
+        "tp_comm_fwd_s": float(np.asarray(full.fwd_tp_comm_s).reshape(-1)[0]),
+        "tp_comm_bwd_s": float(np.asarray(full.bwd_tp_comm_s).reshape(-1)[0]),
         "total_s": float(full.total_s[0]),
         "flops": {"attention_fwd": att_f, "attention_bwd": fl.ATTENTION_BWD_FACTOR * att_f,
                   "linear_fwd": lin_f, "linear_bwd": fl.LINEAR_BWD_FACTOR * lin_f},
@@ -137,8 +143,10 @@ def run(args: argparse.Namespace) -> int:
             ["linear", ms(r["linear_fwd_s"]), ms(r["linear_bwd_s"]), tf(fp["linear_fwd"], r["linear_fwd_s"]),
              tf(fp["linear_bwd"], r["linear_bwd_s"])],
             ["fixed per-layer overhead", ms(r["overhead_fwd_s"]), ms(r["overhead_bwd_s"]), "", ""],
-            ["CP comm (exposed)", ms(r["cp_comm_fwd_s"]), ms(r["cp_comm_bwd_s"]), "", ""]]
-    fwd = r["attention_fwd_s"] + r["linear_fwd_s"] + r["overhead_fwd_s"] + r["cp_comm_fwd_s"]
+            ["CP comm (exposed)", ms(r["cp_comm_fwd_s"]), ms(r["cp_comm_bwd_s"]), "", ""],
+            ["TP comm (exposed)", ms(r["tp_comm_fwd_s"]), ms(r["tp_comm_bwd_s"]), "", ""]]
+    fwd = (r["attention_fwd_s"] + r["linear_fwd_s"] + r["overhead_fwd_s"] + r["cp_comm_fwd_s"]
+           + r["tp_comm_fwd_s"])
     rows.append(["total", ms(fwd), ms(r["total_s"] - fwd), "", ""])
     print(format_table(rows, ["term", "fwd ms", "bwd ms", "fwd TFLOP/s", "bwd TFLOP/s"]))
     return 0

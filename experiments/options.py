@@ -44,6 +44,9 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cost-terms", metavar="TERMS",
                    help="cost-model terms: 'all' (default), 'legacy' (the first model: none of the terms added "
                         "since), or edits such as 'all,-tp_comm' or 'legacy,+lm_head' (docs/cost_model.md)")
+    g.add_argument("--tp-comm-overlap", type=float, metavar="FRACTION",
+                   help="fraction of the TP all-gathers / reduce-scatters hidden behind GEMMs (default 0: "
+                        "exposed, as Megatron-LM without --tp-comm-overlap)")
     g.add_argument("--cp-degree", type=positive_int, help="fixed CP degree of static-cp (default: smallest that fits)")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -60,7 +63,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         base = load_scenario(args.scenario)
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in
                                ("model", "gpu", "tp", "pp", "pool", "context_len", "global_batch_tokens", "trace",
-                                "iterations", "seed", "calibration", "cost_terms")}
+                                "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap")}
     changes["max_tokens_per_rank"] = getattr(args, "max_seqlen_per_rank", None)
     sc = base.with_(**changes)
     opts = dict(sc.policy_options)

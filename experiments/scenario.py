@@ -39,6 +39,7 @@ class Scenario:
     max_tokens_per_rank: int | None = None
     memory_reserve_gb: float = 6.0
     cost_terms: str = "all"  # which cost-model terms are on: 'all', 'legacy', edits like 'all,-tp_comm'
+    tp_comm_overlap: float = 0.0  # fraction of TP communication hidden behind GEMMs (0: Megatron's default)
     policy_options: dict[str, Any] = field(default_factory=dict)  # options passed to every policy that takes them
 
     @property
@@ -61,7 +62,8 @@ class Scenario:
     def job(self) -> JobSpec:
         return JobSpec(model=get_model(self.model), gpu=get_gpu(self.gpu), tp=self.tp, pp=self.pp, pool=self.pool,
                        context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
-                       memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank)
+                       memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank,
+                       tp_comm_overlap=self.tp_comm_overlap)
 
     def cost_model(self) -> AnalyticCostModel:
         cal = Calibration.load(self.calibration) if self.calibration else None

@@ -46,19 +46,22 @@ class OpTimes:
     sync_comm: np.ndarray  # [p] gradient reduce-scatter + parameter all-gather
     sync_end: np.ndarray  # [p] after the optimizer step
     events: int  # simpy events processed
+    tp_comm: np.ndarray | None = None  # exposed TP (sequence-parallel) communication, after cp_comm; None = 0
 
 
 def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int, float] | None):
-    """compute[p, G, 2], cp_comm[p, G, 2], pp transfer[p, G] (towards the next stage)."""
+    """compute[p, G, 2], cp_comm[p, G, 2], pp transfer[p, G] (towards the next stage), tp_comm[p, G, 2]."""
     G = fp.num_groups
     compute = np.zeros((p, G, 2))
     comm = np.zeros((p, G, 2))
+    tp = np.zeros((p, G, 2))
     xfer = np.zeros((p, G))
     tpr = fp.groups.tokens_per_rank()
     for s in range(p):
         c = cost_model.group_costs(fp.groups, s)
         compute[s, :, 0], compute[s, :, 1] = c.fwd_compute_s, c.bwd_compute_s
         comm[s, :, 0], comm[s, :, 1] = c.fwd_comm_s, c.bwd_comm_s
+        tp[s, :, 0], tp[s, :, 1] = c.fwd_tp_comm_s, c.bwd_tp_comm_s
         if s < p - 1:
             xfer[s] = cost_model.pp_transfer_s(tpr, s)
     if slowdown:
@@ -68,7 +71,7 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
         g_factor = np.zeros(G)
         np.maximum.at(g_factor, fp.member_group, factor[fp.member_rank])
         compute *= g_factor[None, :, None]
-    return compute, comm, xfer
+    return compute, comm, xfer, tp
 
 
 def _edges(fp: FlatPlan, p: int, xfer: np.ndarray):
@@ -109,8 +112,8 @@ def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
             slowdown: Mapping[int, float] | None = None) -> OpTimes:
     """Run one iteration of ``fp`` on ``num_stages`` stages; return every operation's times."""
     p, G = num_stages, fp.num_groups
-    compute, comm, xfer = _op_costs(fp, cost_model, p, slowdown)
-    dur = (compute + comm).reshape(-1).tolist()
+    compute, comm, xfer, tp = _op_costs(fp, cost_model, p, slowdown)
+    dur = (compute + comm + tp).reshape(-1).tolist()
     indptr, dst, delay, pending_arr = _edges(fp, p, xfer)
     indptr_l, dst_l, delay_l = indptr.tolist(), dst.tolist(), delay.tolist()
     pending = pending_arr.tolist()
@@ -155,4 +158,4 @@ def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
     opt = np.array([cost_model.optimizer_s(s) for s in range(p)])
     return OpTimes(p, compute.reshape(-1), comm.reshape(-1), start_a - np.minimum(np.asarray(ready), start_a),
                    start_a, end_a, rank_of, last, sync, last + sync + opt,
-                   events=int(n_ops + np.count_nonzero(delay > 0)))
+                   events=int(n_ops + np.count_nonzero(delay > 0)), tp_comm=tp.reshape(-1))

@@ -33,6 +33,7 @@ class Metrics:
     peak_memory_gib: float  # max over ranks
     num_microbatches: int
     scheduling_time_s: float = 0.0
+    tp_comm_s: float = 0.0  # exposed TP (sequence-parallel) communication, mean per rank
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -53,6 +54,7 @@ def per_rank_sums(tl: Timeline) -> dict[str, np.ndarray]:
         "cp": total((kind == "comm") & (comm == "cp")),
         "pp": total((kind == "comm") & (comm == "pp")),
         "dp": total((kind == "comm") & (comm == "dp")),
+        "tp": total((kind == "comm") & (comm == "tp")),
         "dp_wait": total(kind == "idle"),
     }
 
@@ -81,7 +83,7 @@ def compute_metrics(tl: Timeline, *, tokens: int, model_flops: float, num_gpus: 
                     peak_memory_gib: float, num_microbatches: int, scheduling_time_s: float = 0.0) -> Metrics:
     T = tl.iteration_time
     s = per_rank_sums(tl)
-    busy = s["compute"] + s["cp"] + s["pp"] + s["dp"] + s["dp_wait"]
+    busy = s["compute"] + s["cp"] + s["pp"] + s["dp"] + s["dp_wait"] + s["tp"]
     pipe = np.clip((T - busy) / T, 0.0, 1.0) if T > 0 else np.zeros_like(busy)
     dpb = s["dp_wait"] / T if T > 0 else np.zeros_like(busy)
     table = rank_microbatch_table(tl)
@@ -105,6 +107,7 @@ def compute_metrics(tl: Timeline, *, tokens: int, model_flops: float, num_gpus: 
         peak_memory_gib=peak_memory_gib,
         num_microbatches=num_microbatches,
         scheduling_time_s=scheduling_time_s,
+        tp_comm_s=float(s["tp"].mean()),
     )
 
 

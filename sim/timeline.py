@@ -8,7 +8,7 @@ rank        int32     pool rank (one TP group) within the stage
 microbatch  int32     microbatch index, −1 for the gradient sync
 phase       str       'F' forward, 'B' backward, 'S' gradient sync and optimizer step
 kind        str       'compute', 'comm' (exposed communication) or 'idle' (the DP wait before the sync)
-comm        str       for kind 'comm': 'cp', 'pp' or 'dp'; '' otherwise
+comm        str       for kind 'comm': 'cp', 'pp', 'dp' or 'tp'; '' otherwise
 start, end  float64   seconds from the start of the iteration
 tokens      float64   tokens this rank holds in the operation (Σ L / degree); 0 for sync rows
 ==========  ========  ====================================================================================
