@@ -11,6 +11,9 @@ from dataclasses import dataclass, replace
 from dcpsim.cost_models.errors import SpecError
 
 
+MLP_MATRICES = {"swiglu": 3, "gelu": 2}  # weight matrices of one MLP (gate, up, down / up, down)
+
+
 def _require(cond: bool, what: str, value: object, valid: str) -> None:
     if not cond:
         raise SpecError(f"{what} = {value!r} is invalid: {valid}")
@@ -18,35 +21,162 @@ def _require(cond: bool, what: str, value: object, valid: str) -> None:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A decoder-only transformer with SwiGLU MLP and grouped-query attention (Llama style)."""
+    """A decoder-only transformer with grouped-query attention (Llama style), dense or mixture-of-experts.
+
+    Dense layers have a ``mlp`` MLP of size ``ffn`` (SwiGLU: gate, up and down matrices; GELU: up and down).
+    A MoE model (``experts`` > 0) replaces the MLP of every layer not listed in ``dense_layers`` by a router
+    (h × E), ``experts`` experts of size ``expert_ffn`` of which each token uses ``experts_per_token``, and
+    optionally a shared expert of size ``shared_expert_ffn`` that every token uses (with a sigmoid gate of h
+    weights when ``shared_expert_gate``: Qwen2-MoE). Biases: ``qkv_bias`` (Qwen2), ``o_bias`` (Llama's
+    ``attention_bias`` adds both). ``qk_norm``: RMSNorm over each head's queries and keys (Qwen3).
+    ``source`` says where the numbers come from (a model card, a file).
+    """
 
     name: str
     hidden: int  # h
-    ffn: int  # f, SwiGLU intermediate size
+    ffn: int  # f, dense MLP intermediate size
     layers: int
     heads: int  # a, query heads
     kv_heads: int  # g, key/value heads
     head_dim: int  # d
     vocab: int
+    mlp: str = "swiglu"  # "swiglu" (3 matrices) or "gelu" (2 matrices)
+    tied_embeddings: bool = False  # output head shares the input embedding's weights
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    experts: int = 0  # E, routed experts per MoE layer; 0 = dense model
+    experts_per_token: int = 0  # k
+    expert_ffn: int = 0  # intermediate size of one routed expert
+    shared_expert_ffn: int = 0  # intermediate size of the shared expert (0 = none)
+    shared_expert_gate: bool = False
+    dense_layers: tuple[int, ...] = ()  # in a MoE model: layers (0-based) with a dense MLP instead
+    source: str = ""
 
     def __post_init__(self) -> None:
         for f in ("hidden", "ffn", "layers", "heads", "kv_heads", "head_dim", "vocab"):
             v = getattr(self, f)
-            _require(isinstance(v, int) and v > 0, f"model.{f}", v, "a positive integer")
+            _require(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"model.{f}", v,
+                     "a positive integer")
         _require(self.heads % self.kv_heads == 0, "model.kv_heads", self.kv_heads,
                  f"must divide model.heads = {self.heads}")
+        _require(self.mlp in MLP_MATRICES, "model.mlp", self.mlp, f"one of {', '.join(MLP_MATRICES)}")
+        for f in ("experts", "experts_per_token", "expert_ffn", "shared_expert_ffn"):
+            v = getattr(self, f)
+            _require(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"model.{f}", v,
+                     "an integer ≥ 0")
+        object.__setattr__(self, "dense_layers", tuple(sorted(set(self.dense_layers))))
+        if self.experts:
+            _require(1 <= self.experts_per_token <= self.experts, "model.experts_per_token",
+                     self.experts_per_token, f"an integer in 1..model.experts = {self.experts}")
+            _require(self.expert_ffn > 0, "model.expert_ffn", self.expert_ffn,
+                     "a positive integer in a MoE model (model.experts > 0)")
+            bad = [i for i in self.dense_layers if not (isinstance(i, int) and 0 <= i < self.layers)]
+            _require(not bad, "model.dense_layers", list(self.dense_layers),
+                     f"layer indices in 0..{self.layers - 1}")
+        else:
+            for f in ("experts_per_token", "expert_ffn", "shared_expert_ffn"):
+                _require(getattr(self, f) == 0, f"model.{f}", getattr(self, f),
+                         "0 in a dense model (set model.experts > 0 for a MoE model)")
+            _require(not self.dense_layers, "model.dense_layers", list(self.dense_layers),
+                     "empty in a dense model")
+
+    # ---- structure -------------------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.is_moe and layer not in self.dense_layers
+
+    @property
+    def moe_layers(self) -> int:
+        """Number of MoE layers."""
+        return self.layers - len(self.dense_layers) if self.is_moe else 0
+
+    # ---- parameters (counts, one layer) ----------------------------------------------------------------
+    @property
+    def attn_params(self) -> int:
+        """Q, K, V and O projections with their biases."""
+        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        p = h * q + 2 * h * kv + q * h
+        if self.qkv_bias:
+            p += q + 2 * kv
+        if self.o_bias:
+            p += h
+        return p
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return MLP_MATRICES[self.mlp] * self.hidden * self.ffn
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return MLP_MATRICES[self.mlp] * self.hidden * self.expert_ffn
+
+    @property
+    def router_params(self) -> int:
+        return self.hidden * self.experts
+
+    @property
+    def shared_expert_params(self) -> int:
+        return MLP_MATRICES[self.mlp] * self.hidden * self.shared_expert_ffn + (
+            self.hidden if self.shared_expert_gate and self.shared_expert_ffn else 0)
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        """The two RMSNorm weight vectors, and the per-head query/key norms of Qwen3."""
+        return 2 * self.hidden + (2 * self.head_dim if self.qk_norm else 0)
+
+    def layer_params(self, layer: int, active: bool = False) -> int:
+        """Matrix parameters of layer ``layer`` (attention, MLP or router + experts); ``active``: those one
+        token uses (k routed experts instead of all E). Norm weights excluded (see norm_params_per_layer)."""
+        if not self.is_moe_layer(layer):
+            return self.attn_params + self.dense_mlp_params
+        routed = (self.experts_per_token if active else self.experts) * self.expert_params
+        return self.attn_params + self.router_params + self.shared_expert_params + routed
+
+    def stage_layer_counts(self, first: int, count: int) -> tuple[int, int]:
+        """(dense layers, MoE layers) among layers first .. first+count−1."""
+        moe = sum(self.is_moe_layer(i) for i in range(first, first + count)) if self.is_moe else 0
+        return count - moe, moe
 
     @property
     def params_per_layer(self) -> int:
-        """Parameters of one layer's matrices: QKV + O projections and the three SwiGLU matrices."""
-        h, d = self.hidden, self.head_dim
-        attn = h * (self.heads * d) + 2 * h * (self.kv_heads * d) + (self.heads * d) * h
-        return attn + 3 * h * self.ffn
+        """Matrix parameters of one layer (for a MoE model the mean over layers, all experts counted)."""
+        if not self.is_moe:
+            return self.attn_params + self.dense_mlp_params
+        return round(sum(self.layer_params(i) for i in range(self.layers)) / self.layers)
+
+    @property
+    def active_params_per_layer(self) -> float:
+        """Matrix parameters one token uses in one layer, mean over layers (= params_per_layer if dense)."""
+        if not self.is_moe:
+            return float(self.params_per_layer)
+        return sum(self.layer_params(i, active=True) for i in range(self.layers)) / self.layers
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding plus output head (once when tied)."""
+        return (1 if self.tied_embeddings else 2) * self.vocab * self.hidden
 
     @property
     def params(self) -> int:
-        """All parameters: layers plus input embedding and untied output head."""
-        return self.layers * self.params_per_layer + 2 * self.vocab * self.hidden
+        """All matrix parameters: layers plus input embedding and (untied) output head (no norms)."""
+        return sum(self.layer_params(i) for i in range(self.layers)) + self.embedding_params
+
+    @property
+    def params_total(self) -> int:
+        """Every parameter, as a checkpoint counts them: matrices, biases, norms (and the final norm)."""
+        return self.params + self.layers * self.norm_params_per_layer + self.hidden
+
+    @property
+    def params_active(self) -> int:
+        """Parameters one token uses: as params_total with k routed experts per MoE layer instead of E
+        (embedding and head included, the usual convention of MoE model cards)."""
+        routed_unused = (self.experts - self.experts_per_token) * self.expert_params * self.moe_layers
+        return self.params_total - routed_unused
 
 
 @dataclass(frozen=True)
@@ -86,12 +216,13 @@ class JobSpec:
     global_batch_tokens: int = 1 << 20
     memory_reserve_gb: float = 6.0  # CUDA context, NCCL buffers, fragmentation
     max_tokens_per_rank: int | None = None
+    ep: int = 1  # expert-parallel degree, carved from the pool (Megatron-Core: EP inside DP x CP)
     # Fraction of the TP/SP all-gathers and reduce-scatters hidden behind GEMMs. 0 = all exposed, as Megatron-LM
     # runs without --tp-comm-overlap (its default); TransformerEngine's userbuffers overlap hides most of it.
     tp_comm_overlap: float = 0.0
 
     def __post_init__(self) -> None:
-        for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens"):
+        for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens", "ep"):
             v = getattr(self, f)
             _require(isinstance(v, int) and v >= 1, f"job.{f}", v, "a positive integer")
         _require(self.model.heads % self.tp == 0, "job.tp", self.tp,
@@ -105,6 +236,13 @@ class JobSpec:
         _require(self.memory_reserve_gb >= 0, "job.memory_reserve_gb", self.memory_reserve_gb, "≥ 0")
         _require(isinstance(self.tp_comm_overlap, (int, float)) and 0.0 <= self.tp_comm_overlap <= 1.0,
                  "job.tp_comm_overlap", self.tp_comm_overlap, "a fraction between 0 (exposed) and 1 (hidden)")
+        if self.ep > 1:
+            _require(self.model.is_moe, "job.ep", self.ep, f"1 for the dense model {self.model.name!r} "
+                     "(expert parallelism needs a MoE model)")
+            _require(self.pool % self.ep == 0, "job.ep", self.ep, f"must divide job.pool = {self.pool} "
+                     "(EP groups are carved from the DP x CP pool)")
+            _require(self.model.experts % self.ep == 0, "job.ep", self.ep,
+                     f"must divide model.experts = {self.model.experts}")
         if self.max_tokens_per_rank is not None:
             _require(self.max_tokens_per_rank >= 1, "job.max_tokens_per_rank", self.max_tokens_per_rank,
                      "a positive integer")
