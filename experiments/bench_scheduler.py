@@ -26,13 +26,11 @@ import argparse
 import math
 import sys
 import time
-from dataclasses import dataclass
-
-import numpy as np
 
 from dcpsim import traces
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import create_policy
+from dcpsim.traces.batching import GlobalBatch
 
 
 def _int_list(text: str) -> list[int]:
@@ -45,22 +43,16 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
-@dataclass(frozen=True)
-class Batch:
-    seq_ids: np.ndarray
-    lengths: np.ndarray
-
-
 def make_case(n: int, w: int, trace: str, seed: int, microbatches: int):
     """The batch, the job and the cost model of one benchmark cell."""
     lengths = traces.get_preset(trace).sample(n, seed)
     budget = max(math.ceil(lengths.sum() / (w * microbatches)), math.ceil(lengths.max() / w))
     job = JobSpec(model=get_model("llama3-8b"), gpu=get_gpu("h200"), tp=1, pp=4, pool=w,
                   context_len=int(traces.get_preset(trace).context_len), max_tokens_per_rank=int(budget))
-    return Batch(np.arange(n, dtype=np.int64), lengths), job, AnalyticCostModel(job)
+    return GlobalBatch.of(lengths), job, AnalyticCostModel(job)
 
 
-def time_policy(name: str, batch: Batch, job: JobSpec, cost_model, repeats: int,
+def time_policy(name: str, batch: GlobalBatch, job: JobSpec, cost_model, repeats: int,
                 wall: bool = False) -> tuple[float, int]:
     """Best time (s; CPU time unless ``wall``) of planning ``batch``, and the plan's microbatch count."""
     policy = create_policy(name)

@@ -4,13 +4,17 @@ or ``auto`` (the cheapest of the valid ones under the cost model). Shared by eve
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.plan import BatchLike, Engine, Microbatch, Plan
+from dcpsim.policies.plan import Engine, Microbatch, Plan
+
+if TYPE_CHECKING:
+    from dcpsim.traces.batching import GlobalBatch
 
 ENGINE_CHOICES = ("ring", "ulysses", "hybrid", "auto")
 
@@ -62,7 +66,7 @@ def cheapest_ulysses(size: int, us: list[int], cost_model: CostModel, lengths: n
     return us[int(np.argmin(total))]
 
 
-def assign_engines(plan: Plan, kind: str, job: JobSpec, cost_model: CostModel, batch: BatchLike) -> Plan:
+def assign_engines(plan: Plan, kind: str, job: JobSpec, cost_model: CostModel, batch: GlobalBatch) -> Plan:
     """``plan`` with every group's engine replaced by the ``kind`` choice (``auto``: the cheapest (u, r) split of
     each group under ``cost_model``, priced for all groups and candidates in one vectorised call)."""
     check_engine_choice(kind)

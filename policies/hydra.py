@@ -25,12 +25,13 @@ the per-microbatch capacities ``microbatch_caps_s``, the budget ``max_tokens_per
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.engines import check_engine_choice, engine_from_ulysses
+from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra_order import balance_columns, best_order
 from dcpsim.policies.hydra_placement import Bin, Layout, place
@@ -43,8 +44,11 @@ from dcpsim.policies.hydra_work import (
     rank_loads,
     sequence_work,
 )
-from dcpsim.policies.plan import BatchLike, CPGroup, Plan, make_plan
-from dcpsim.policies.registry import register_policy
+from dcpsim.policies.plan import CPGroup, Plan, make_plan
+from dcpsim.policies.registry import check_options, option, register_policy
+
+if TYPE_CHECKING:
+    from dcpsim.traces.batching import GlobalBatch
 
 __all__ = ["HyDra", "rank_loads"]
 
@@ -72,27 +76,18 @@ class HyDra:
     (None: chosen for 1F1B); ``max_seqlen_per_rank`` (None: the cost model's memory budget).
     """
 
-    cp_engine: str = "auto"
-    degrees: str = "pow2"
-    min_cp_size: int = 1
-    tolerance: float = 0.05
-    num_microbatches: int | None = None
-    max_seqlen_per_rank: int | None = None
-    name = "hydra"
+    cp_engine: str = option("auto", choices=ENGINE_CHOICES)
+    degrees: Literal["pow2", "any"] = "pow2"
+    min_cp_size: int = option(1, ge=1)
+    tolerance: float = option(0.05, ge=0.0, le=10.0)  # a fraction of τ
+    num_microbatches: int | None = option(None, ge=1)  # None: chosen for 1F1B
+    max_seqlen_per_rank: int | None = option(None, ge=1)  # tokens; None: the cost model's memory budget
+    name: ClassVar[str]  # set by @register_policy
 
-    def _check_options(self) -> None:
-        check_engine_choice(self.cp_engine)
-        if self.degrees not in ("pow2", "any"):
-            raise PolicyError(f"degrees = {self.degrees!r} is unknown; valid: pow2, any")
-        if not (0.0 <= self.tolerance <= 10.0):
-            raise PolicyError(f"tolerance = {self.tolerance} must be between 0 and 10 (a fraction of τ)")
-        if self.num_microbatches is not None and self.num_microbatches < 1:
-            raise PolicyError(f"num_microbatches = {self.num_microbatches} must be ≥ 1 (or None: chosen)")
-        if self.max_seqlen_per_rank is not None and self.max_seqlen_per_rank < 1:
-            raise PolicyError(f"max_seqlen_per_rank = {self.max_seqlen_per_rank} must be ≥ 1 token")
+    def __post_init__(self) -> None:
+        check_options(self)
 
-    def plan(self, batch: BatchLike, job: JobSpec, cost_model: CostModel) -> Plan:
-        self._check_options()
+    def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
         ids = np.asarray(batch.seq_ids, dtype=np.int64)
         lengths = np.asarray(batch.lengths, dtype=np.int64)
         _check_batch(ids, lengths)

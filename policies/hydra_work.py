@@ -31,6 +31,7 @@ of ``degrees="any"`` may straddle a node boundary that the estimate does not see
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,7 +39,10 @@ from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ulysses_degrees
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.plan import BatchLike, Plan
+from dcpsim.policies.plan import Plan
+
+if TYPE_CHECKING:
+    from dcpsim.traces.batching import GlobalBatch
 
 _MIN_WORK_S = 1e-12  # a priced share is never zero: every sequence costs something
 
@@ -179,7 +183,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
 
 
 # ---- the load of a finished plan ---------------------------------------------------------------------------
-def rank_loads(plan: Plan, batch: BatchLike, cost_model: CostModel) -> np.ndarray:
+def rank_loads(plan: Plan, batch: GlobalBatch, cost_model: CostModel) -> np.ndarray:
     """[microbatch, rank]: the load (s, per stage, forward + backward) of every pool rank under HyDra's work
     model: each group's overhead plus its sequences' work at the group's size and engine. Idle ranks: 0."""
     ids = np.asarray(batch.seq_ids, dtype=np.int64)

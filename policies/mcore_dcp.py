@@ -22,18 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.engines import assign_engines, check_engine_choice
+from dcpsim.policies.engines import ENGINE_CHOICES, assign_engines
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.mcore_scheduler import allowed_sizes, schedule_current
 from dcpsim.policies.mcore_scheduler_legacy import schedule_legacy
-from dcpsim.policies.plan import BatchLike, CPGroup, Engine, Plan, make_plan
-from dcpsim.policies.registry import register_policy
+from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
+from dcpsim.policies.registry import check_options, option, register_policy
+
+if TYPE_CHECKING:
+    from dcpsim.traces.batching import GlobalBatch
 
 UPSTREAM = {
     False: "NVIDIA/Megatron-LM dev@d48bd6be DefaultDynamicCPScheduler (next_hdp_group_packing_aware)",
@@ -132,22 +135,19 @@ class _McoreDCP:
     can be measured apart from HyDra's scheduler.
     """
 
-    max_seqlen_per_rank: int | None = None
-    min_cp_size: int = 1
-    cp_engine: str = "ring"
-    name: ClassVar[str] = ""
+    max_seqlen_per_rank: int | None = option(None, ge=1)
+    min_cp_size: int = option(1, ge=1)
+    cp_engine: str = option("ring", choices=ENGINE_CHOICES)
+    name: ClassVar[str]  # set by @register_policy
     legacy: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        check_engine_choice(self.cp_engine)
-        if self.max_seqlen_per_rank is not None:
-            _check_int("max_seqlen_per_rank", self.max_seqlen_per_rank, 1, "a positive integer or None")
-        _check_int("min_cp_size", self.min_cp_size, 1, "a positive integer")
+        check_options(self)
         if self.legacy and self.min_cp_size != 1:
             raise PolicyError(f"{self.name}: min_cp_size = {self.min_cp_size} is invalid: the legacy scheduler "
                               "has no minimum CP size (use 1, or the mcore-dcp policy)")
 
-    def plan(self, batch: BatchLike, job: JobSpec, cost_model: CostModel) -> Plan:
+    def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
         budget = int(self.max_seqlen_per_rank if self.max_seqlen_per_rank is not None
                       else cost_model.max_tokens_per_rank())
         lengths = np.asarray(batch.lengths)
@@ -166,7 +166,6 @@ class _McoreDCP:
 class McoreDCP(_McoreDCP):
     """Megatron-Core's current dynamic-CP scheduler (degrees from memory, packing-aware balance)."""
 
-    name: ClassVar[str] = "mcore-dcp"
     legacy: ClassVar[bool] = False
 
 
@@ -175,5 +174,4 @@ class McoreDCP(_McoreDCP):
 class McoreDCPLegacy(_McoreDCP):
     """Megatron-Core's legacy dynamic-CP scheduler (work buckets, no memory check)."""
 
-    name: ClassVar[str] = "mcore-dcp-legacy"
     legacy: ClassVar[bool] = True

@@ -11,9 +11,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from dcpsim.policies.errors import PlanError
 
@@ -138,17 +136,17 @@ class Plan:
         return Plan.from_dict(json.loads(text))
 
 
-class BatchLike(Protocol):
-    """What a policy needs of a global batch (``traces.GlobalBatch`` satisfies it)."""
-
-    @property
-    def seq_ids(self) -> np.ndarray: ...  # int64, unique
-
-    @property
-    def lengths(self) -> np.ndarray: ...  # int64, > 0, aligned with seq_ids
-
-
 def make_plan(policy: str, pool_size: int, microbatches: Iterable[Iterable[CPGroup]],
               **meta: Any) -> Plan:
     """Convenience constructor from nested iterables of groups."""
     return Plan(policy, pool_size, tuple(Microbatch(tuple(gs)) for gs in microbatches), meta)
+
+
+def __getattr__(name: str) -> Any:
+    # Transitional: the batch type is dcpsim.traces.batching.GlobalBatch. This alias only keeps modules that
+    # are still being written against the removed protocol importable; it goes once none imports it.
+    if name == "BatchLike":
+        from dcpsim.traces.batching import GlobalBatch
+
+        return GlobalBatch
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

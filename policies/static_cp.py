@@ -9,16 +9,20 @@ k·R .. k·R + R − 1 on replicas 0 .. R − 1 (the last microbatch may leave r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.errors import InfeasibleError
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.engines import check_engine_choice, engine_for
+from dcpsim.policies.engines import ENGINE_CHOICES, engine_for
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.plan import BatchLike, CPGroup, Plan, make_plan
-from dcpsim.policies.registry import register_policy
+from dcpsim.policies.plan import CPGroup, Plan, make_plan
+from dcpsim.policies.registry import check_options, option, register_policy
+
+if TYPE_CHECKING:
+    from dcpsim.traces.batching import GlobalBatch
 
 
 def pack_first_fit(lengths: np.ndarray, capacity: int) -> list[list[int]]:
@@ -54,15 +58,17 @@ def default_degree(job: JobSpec, budget: int) -> int:
 class StaticCP:
     """Fixed CP degree for all sequences; documents packed into context windows."""
 
-    cp_degree: int | None = None
-    cp_engine: str = "ring"
-    name = "static-cp"
+    cp_degree: int | None = option(None, ge=1)  # None: the smallest divisor of the pool that fits
+    cp_engine: str = option("ring", choices=ENGINE_CHOICES)
+    name: ClassVar[str]  # set by @register_policy
 
-    def plan(self, batch: BatchLike, job: JobSpec, cost_model: CostModel) -> Plan:
-        check_engine_choice(self.cp_engine)
+    def __post_init__(self) -> None:
+        check_options(self)
+
+    def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
         budget = cost_model.max_tokens_per_rank()
         c = self.cp_degree or default_degree(job, budget)
-        if c < 1 or job.pool % c:
+        if job.pool % c:
             raise PolicyError(f"cp_degree = {c} must divide the pool size {job.pool}")
         if job.context_len / c > budget:
             raise InfeasibleError(f"cp_degree = {c}: a context window of {job.context_len} tokens puts "

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from dcpsim.policies.errors import PlanError
-from dcpsim.policies.plan import BatchLike, Plan
+from dcpsim.policies.plan import Plan
+
+if TYPE_CHECKING:
+    from dcpsim.traces.batching import GlobalBatch
 
 _EPS = 1e-9
 
 
-def validate_plan(plan: Plan, batch: BatchLike, *, max_tokens_per_rank: float | None = None,
+def validate_plan(plan: Plan, batch: GlobalBatch, *, max_tokens_per_rank: float | None = None,
                   kv_heads_per_rank: int | None = None, heads_per_rank: int | None = None) -> None:
     """Raise :class:`PlanError` naming the first broken invariant; return None for a valid plan.
 

@@ -105,8 +105,8 @@ def report(res: RunOutput, workload: Workload, check: list[float] | None) -> Non
     for i, step in enumerate(workload.steps):
         t = tl[tl.iteration == i]
         sizes = sorted({g.size for mb in step.plan.microbatches for g in mb.groups})
-        line = (f"iteration {i}: loss {res.losses.loss.iloc[i]:.6f}, {len(step.seq_ids)} sequences, "
-                f"{sum(step.lengths)} tokens, {step.plan.num_microbatches} microbatches, group sizes {sizes}, "
+        line = (f"iteration {i}: loss {res.losses.loss.iloc[i]:.6f}, {step.batch.num_seqs} sequences, "
+                f"{step.batch.num_tokens} tokens, {step.plan.num_microbatches} microbatches, group sizes {sizes}, "
                 f"{t.end.max():.3f} s")
         if check is not None:
             line += f", single-process loss {check[i]:.6f}"

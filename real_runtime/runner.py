@@ -165,7 +165,7 @@ class Trainer:
     def warmup(self, timer: CommTimer) -> None:
         """Untimed forward/backward passes of the first step (see :class:`TrainConfig`)."""
         step = self.workload.steps[0]
-        total = max(num_targets(step.lengths), 1)
+        total = max(num_targets(step.batch.lengths), 1)
         for _ in range(self.cfg.warmup):
             for k, g, inp in _my_microbatches(step, self.rank, self.spec.vocab, self.cfg.seed, self.device):
                 self._forward_backward(k, g, inp, total, timer, -1, None)
@@ -173,7 +173,7 @@ class Trainer:
 
     def iteration(self, it: int, step: Step, timer: CommTimer) -> tuple[float, list[dict[str, Any]]]:
         """Run one iteration; returns its global loss and this rank's timeline rows."""
-        total = num_targets(step.lengths)
+        total = num_targets(step.batch.lengths)
         if total < 1:
             raise ValueError(f"iteration {it}: the batch has no targets (every document has one token)")
         mine = _my_microbatches(step, self.rank, self.spec.vocab, self.cfg.seed, self.device)
@@ -234,7 +234,7 @@ def reference_losses(workload: Workload, cfg: TrainConfig, device: torch.device 
     opt = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
     losses = []
     for step in workload.steps:
-        total = num_targets(step.lengths)
+        total = num_targets(step.batch.lengths)
         length = step.length_of()
         _zero_grads(model)
         loss_sum = 0.0

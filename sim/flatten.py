@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dcpsim.cost_models.base import GroupBatch
 from dcpsim.policies.errors import PlanError
-from dcpsim.policies.plan import BatchLike, Plan
+from dcpsim.policies.plan import Plan
+
+if TYPE_CHECKING:
+    from dcpsim.traces.batching import GlobalBatch
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,7 @@ class FlatPlan:
         return int(self.group_mb.shape[0])
 
 
-def flatten(plan: Plan, batch: BatchLike) -> FlatPlan:
+def flatten(plan: Plan, batch: GlobalBatch) -> FlatPlan:
     ids = np.asarray(batch.seq_ids, dtype=np.int64)
     lengths = np.asarray(batch.lengths, dtype=np.int64)
     order = np.argsort(ids, kind="stable")

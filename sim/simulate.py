@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel
-from dcpsim.policies.plan import BatchLike, Plan
+from dcpsim.policies.plan import Plan
 from dcpsim.sim.engine import OpTimes, execute
 from dcpsim.sim.flatten import FlatPlan, flatten, one_f_one_b_position
 from dcpsim.sim.metrics import Metrics, compute_metrics
 from dcpsim.sim.timeline import Timeline
+
+if TYPE_CHECKING:
+    from dcpsim.traces.batching import GlobalBatch
 
 GIB = float(1 << 30)
 
@@ -99,7 +103,7 @@ def peak_tokens_in_flight(fp: FlatPlan, p: int) -> np.ndarray:
     return out
 
 
-def simulate_plan(plan: Plan, batch: BatchLike, cost_model: CostModel, *, num_stages: int | None = None,
+def simulate_plan(plan: Plan, batch: GlobalBatch, cost_model: CostModel, *, num_stages: int | None = None,
                   slowdown: Mapping[int, float] | None = None, scheduling_time_s: float = 0.0) -> IterationResult:
     """Simulate one iteration of ``plan`` over ``batch`` with ``cost_model``.
 

@@ -1,11 +1,9 @@
-"""Shared fixtures: small jobs, batches and cost models for tests."""
+"""Shared fixtures: small jobs and cost models for tests (batches: ``dcpsim.traces.batching.GlobalBatch.of``)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
-import numpy as np
 import pytest
 from hypothesis import settings
 
@@ -15,24 +13,6 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
-
-
-@dataclass(frozen=True)
-class Batch:
-    """A minimal global batch (what policies need)."""
-
-    seq_ids: np.ndarray
-    lengths: np.ndarray
-
-    @staticmethod
-    def of(lengths) -> Batch:
-        L = np.asarray(lengths, dtype=np.int64)
-        return Batch(np.arange(len(L), dtype=np.int64), L)
-
-
-@pytest.fixture
-def make_batch():
-    return Batch.of
 
 
 def small_job(**kw) -> JobSpec:

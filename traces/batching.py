@@ -74,6 +74,15 @@ class GlobalBatch:
         object.__setattr__(self, "lengths", lengths)
         object.__setattr__(self, "step", require_int(self.step, "step", 0, "GlobalBatch"))
 
+    @classmethod
+    def of(cls, lengths: Any, ids: Any = None, *, step: int = 0) -> GlobalBatch:
+        """A batch of ``lengths`` (tokens) whose sequence ids are ``ids`` (default ``0..n-1``), checked like
+        the constructor. For callers and tests that build a batch by hand, e.g. with ids that are not the
+        positions (``GlobalBatch.of([5, 7], ids=[10, 11])``)."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        seq_ids = np.arange(lengths.size, dtype=np.int64) if ids is None else ids
+        return cls(seq_ids, lengths, step)
+
     @property
     def num_seqs(self) -> int:
         """Number of sequences."""

@@ -234,12 +234,12 @@ def test_changing_a_link_changes_communication_only():
 def test_a_calibration_equal_to_the_default_gives_the_same_simulation(tmp_path):
     from dcpsim.policies import create_policy
     from dcpsim.sim.simulate import simulate_plan
-    from tests.conftest import Batch
+    from dcpsim.traces.batching import GlobalBatch
 
     job = small_job(pool=8, max_tokens_per_rank=16384)
     p = tmp_path / "same.json"
     p.write_text(default_calibration(job.gpu).to_json())
-    batch = Batch.of([30000, 12000, 8000, 4000, 3000, 2000, 1000, 500, 20000, 6000])
+    batch = GlobalBatch.of([30000, 12000, 8000, 4000, 3000, 2000, 1000, 500, 20000, 6000])
     results = []
     for cm in (AnalyticCostModel(job), AnalyticCostModel(job, Calibration.load(p))):
         plan = create_policy("static-cp").plan(batch, job, cm)

@@ -5,7 +5,6 @@ within its microbatch's capacity, and, when no sequence is too heavy to balance,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
@@ -15,12 +14,7 @@ from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, ge
 from dcpsim.policies import PolicyError, create_policy, validate_plan
 from dcpsim.policies.hydra import rank_loads
 from dcpsim.policies.hydra_work import allowed_degrees, engine_options, group_overhead, sequence_work
-
-
-@dataclass(frozen=True)
-class Batch:
-    seq_ids: np.ndarray
-    lengths: np.ndarray
+from dcpsim.traces.batching import GlobalBatch
 
 
 @st.composite
@@ -46,7 +40,7 @@ def cases(draw):
         "min_cp_size": draw(st.sampled_from([1, 1, 1, 2])),
         "num_microbatches": draw(st.one_of(st.none(), st.integers(1, 24))),
     }
-    return job, cost_model, Batch(ids, lengths), options
+    return job, cost_model, GlobalBatch.of(lengths, ids=ids), options
 
 
 def smallest_alone_load(lengths: np.ndarray, job: JobSpec, cost_model, options: dict, budget: int) -> np.ndarray:
@@ -119,7 +113,7 @@ def test_hydra_heavy_tailed_batches_on_any_pool(pool, pp, budget, n, seed) -> No
     lengths = np.minimum(pool * budget, np.maximum(1, rng.lognormal(8.0, 1.6, n))).astype(np.int64)
     job = JobSpec(get_model("llama3-8b"), get_gpu("h200"), pp=pp, pool=pool, max_tokens_per_rank=budget)
     cm = AnalyticCostModel(job)
-    plan = create_policy("hydra").plan(Batch(np.arange(n, dtype=np.int64), lengths), job, cm)
-    validate_plan(plan, Batch(np.arange(n, dtype=np.int64), lengths), max_tokens_per_rank=budget,
+    plan = create_policy("hydra").plan(GlobalBatch.of(lengths), job, cm)
+    validate_plan(plan, GlobalBatch.of(lengths), max_tokens_per_rank=budget,
                   kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank)
     assert plan.num_microbatches >= math.ceil(lengths.sum() / (pool * budget))

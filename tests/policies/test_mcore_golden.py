@@ -15,16 +15,11 @@ import pytest
 
 from dcpsim.policies import validate_plan
 from dcpsim.policies.mcore_dcp import groups_to_plan, schedule_sample_ids
+from dcpsim.traces.batching import GlobalBatch
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "mcore_scheduler_cases.json"
 CURRENT, LEGACY = "dev_default_dynamic_cp_sample_id_groups", "main_balanced_cp_sample_id_groups"
 CASES: list[dict] = json.loads(DATA.read_text())["cases"]
-
-
-class Batch:
-    def __init__(self, lengths: list[int]) -> None:
-        self.seq_ids = np.arange(len(lengths), dtype=np.int64)
-        self.lengths = np.asarray(lengths, dtype=np.int64)
 
 
 def _case_id(i: int) -> str:
@@ -70,7 +65,7 @@ def test_legacy_matches_upstream(i: int) -> None:
 def test_golden_current_outputs_are_valid_plans_within_budget() -> None:
     """Upstream's own outputs pass our validator at the upstream budget (the memory check holds)."""
     for c in CASES:
-        batch = Batch(c["seqlens"])
+        batch = GlobalBatch.of(c["seqlens"])
         plan = groups_to_plan(c[CURRENT], batch.seq_ids.tolist(), c["seqlens"], c["total_gpus"], "mcore-dcp")
         validate_plan(plan, batch, max_tokens_per_rank=c["max_seqlen_per_dp_cp_rank"])
 
@@ -82,7 +77,7 @@ def test_golden_legacy_outputs_exceed_budget_sometimes() -> None:
     for c in CASES:
         if LEGACY not in c:
             continue
-        batch = Batch(c["seqlens"])
+        batch = GlobalBatch.of(c["seqlens"])
         plan = groups_to_plan(c[LEGACY], batch.seq_ids.tolist(), c["seqlens"], c["total_gpus"],
                               "mcore-dcp-legacy")
         validate_plan(plan, batch)

@@ -17,17 +17,13 @@ from dcpsim.policies import Engine, PolicyError, create_policy, validate_plan
 from dcpsim.policies.mcore_dcp import McoreDCP, McoreDCPLegacy, schedule_sample_ids
 from dcpsim.policies.mcore_scheduler import allowed_sizes
 from dcpsim.policies.registry import available_policies, policy_options
+from dcpsim.traces.batching import GlobalBatch
+from dcpsim.traces.errors import TraceError
 
 
-@dataclass(frozen=True)
-class Batch:
-    seq_ids: np.ndarray
-    lengths: np.ndarray
-
-    @staticmethod
-    def of(lengths: list[int], first_id: int = 1000) -> Batch:
-        n = len(lengths)
-        return Batch(first_id + 7 * np.arange(n, dtype=np.int64), np.asarray(lengths, dtype=np.int64))
+def batch_of(lengths: list[int], first_id: int = 1000) -> GlobalBatch:
+    """Ids ``first_id + 7·i``, not the positions: a plan that confused the two would fail the tests."""
+    return GlobalBatch.of(lengths, ids=first_id + 7 * np.arange(len(lengths), dtype=np.int64))
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,7 @@ def test_legacy_hand_example() -> None:
 
 
 def test_plan_from_hand_example() -> None:
-    batch = Batch.of(LENGTHS)
+    batch = batch_of(LENGTHS)
     plan = McoreDCP(max_seqlen_per_rank=100).plan(batch, job_of(4), StubCostModel(job_of(4), 10**6))
     assert plan.policy == "mcore-dcp" and plan.pool_size == 4 and plan.num_microbatches == 2
     mb0, mb1 = plan.microbatches
@@ -83,7 +79,7 @@ def test_plan_from_hand_example() -> None:
 
 
 def test_budget_defaults_to_the_cost_model() -> None:
-    batch = Batch.of(LENGTHS)
+    batch = batch_of(LENGTHS)
     plan = create_policy("mcore-dcp").plan(batch, job_of(4), StubCostModel(job_of(4), 100))
     assert plan.meta["max_tokens_per_rank"] == 100
     assert plan.num_microbatches == 2
@@ -145,7 +141,7 @@ def scheduling_inputs(draw: st.DrawFn, legacy: bool = False) -> tuple[list[int],
 
 
 def _check_plan(lengths: list[int], N: int, M: int, m0: int, legacy: bool) -> None:
-    batch = Batch.of(lengths)
+    batch = batch_of(lengths)
     policy = (McoreDCPLegacy if legacy else McoreDCP)(max_seqlen_per_rank=M, min_cp_size=m0)
     plan = policy.plan(batch, job_of(N), StubCostModel(job_of(N), 1))
     validate_plan(plan, batch, max_tokens_per_rank=None if legacy else M)
@@ -214,7 +210,7 @@ def test_other_engines_keep_upstream_groups(engine: str) -> None:
 
     job = small_job(pool=16, max_tokens_per_rank=8192)
     cm = AnalyticCostModel(job)
-    batch = Batch.of([60000, 30000, 9000, 4000, 2000, 1500, 800, 700] * 3)
+    batch = batch_of([60000, 30000, 9000, 4000, 2000, 1500, 800, 700] * 3)
     ring = create_policy("mcore-dcp").plan(batch, job, cm)
     other = create_policy("mcore-dcp", cp_engine=engine).plan(batch, job, cm)
     strip = lambda p: [[(g.ranks, g.seq_ids) for g in mb.groups] for mb in p.microbatches]
@@ -232,7 +228,9 @@ def test_unknown_engine_and_option() -> None:
         create_policy("mcore-dcp", cp_degree=4)
 
 
-def test_empty_batch_gives_an_empty_plan() -> None:
+def test_empty_input_gives_no_microbatches() -> None:
+    """The scheduler maps no sequences to no microbatches; an empty *batch* cannot reach the policy (the
+    batch type refuses it)."""
     assert schedule_sample_ids([], 4, 100) == []
-    plan = McoreDCP(max_seqlen_per_rank=100).plan(Batch.of([]), job_of(4), StubCostModel(job_of(4), 100))
-    assert plan.num_microbatches == 0
+    with pytest.raises(TraceError, match="non-empty"):
+        batch_of([])

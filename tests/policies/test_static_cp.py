@@ -7,7 +7,8 @@ from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel
 from dcpsim.cost_models.errors import InfeasibleError
 from dcpsim.policies import PolicyError, create_policy, validate_plan
 from dcpsim.policies.static_cp import pack_first_fit
-from tests.conftest import Batch, small_job
+from dcpsim.traces.batching import GlobalBatch
+from tests.conftest import small_job
 
 
 def test_first_fit_in_data_order():
@@ -18,7 +19,7 @@ def test_first_fit_in_data_order():
 def test_windows_dealt_round_robin_to_replicas():
     job = small_job(pool=8, context_len=1000, max_tokens_per_rank=500)
     cm = ConstantCostModel(job)
-    batch = Batch.of([600, 600, 600, 600, 600, 400])
+    batch = GlobalBatch.of([600, 600, 600, 600, 600, 400])
     plan = create_policy("static-cp").plan(batch, job, cm)
     assert plan.meta["cp_degree"] == 2
     # windows: [600,400], [600], [600], [600], [600] → 5 windows over 4 replicas → 2 microbatches
@@ -34,7 +35,7 @@ def test_windows_dealt_round_robin_to_replicas():
 def test_static_plans_are_valid(lengths, pool, engine):
     job = small_job(pool=pool, context_len=4096, max_tokens_per_rank=2048)
     cm = AnalyticCostModel(job)
-    batch = Batch.of(lengths)
+    batch = GlobalBatch.of(lengths)
     try:
         plan = create_policy("static-cp", cp_engine=engine).plan(batch, job, cm)
     except InfeasibleError:
@@ -49,11 +50,11 @@ def test_bad_options():
     job = small_job(pool=8)
     cm = ConstantCostModel(job)
     with pytest.raises(PolicyError, match="cp_degree = 3 must divide the pool size 8"):
-        create_policy("static-cp", cp_degree=3).plan(Batch.of([10]), job, cm)
+        create_policy("static-cp", cp_degree=3).plan(GlobalBatch.of([10]), job, cm)
     with pytest.raises(PolicyError, match="no option 'degree'"):
         create_policy("static-cp", degree=2)
     with pytest.raises(PolicyError, match="unknown policy 'nope'"):
         create_policy("nope")
     with pytest.raises(InfeasibleError, match="does not fit even on the whole pool"):
         tight = small_job(pool=2, max_tokens_per_rank=100)
-        create_policy("static-cp").plan(Batch.of([10]), tight, ConstantCostModel(tight))
+        create_policy("static-cp").plan(GlobalBatch.of([10]), tight, ConstantCostModel(tight))

@@ -1,9 +1,9 @@
 import pytest
 
 from dcpsim.policies import CPGroup, Engine, Plan, PlanError, make_plan, validate_plan
-from tests.conftest import Batch
+from dcpsim.traces.batching import GlobalBatch
 
-B = Batch.of([100, 200, 300, 400])
+B = GlobalBatch.of([100, 200, 300, 400])
 
 
 def ring(ranks, ids):

@@ -16,12 +16,13 @@ from dcpsim.policies import CPGroup, Engine, available_policies, make_plan
 from dcpsim.real_runtime.run import run_workloads
 from dcpsim.real_runtime.runner import TrainConfig, reference_losses, relative_errors
 from dcpsim.real_runtime.session import TIMELINE_COLUMNS
-from dcpsim.real_runtime.workload import Batch, Step, Workload, plan_workload
+from dcpsim.real_runtime.workload import Step, Workload, plan_workload
+from dcpsim.traces.batching import GlobalBatch
 
 POLICIES = ("static-cp", "mcore-dcp", "hydra")
 TOL = 1e-4
-BATCHES = (Batch.of(range(10), [500, 37, 128, 90, 256, 5, 300, 64, 1, 200]),
-           Batch.of(range(10, 16), [150, 400, 20, 77, 260, 33]))
+BATCHES = (GlobalBatch.of([500, 37, 128, 90, 256, 5, 300, 64, 1, 200]),
+           GlobalBatch.of([150, 400, 20, 77, 260, 33], ids=range(10, 16), step=1))
 CFG = TrainConfig(model="tiny", seed=3, optimizer="adamw", lr=1e-2, attention_backend="math")
 
 
@@ -40,7 +41,7 @@ def manual_workload() -> Workload:
         [CPGroup((0,), (7, 8), e("ring", 1)), CPGroup((1, 2), (9,), e("ring", 2))],
     ])
     p1 = make_plan("manual", 4, [[CPGroup((0, 1, 2, 3), (10, 11, 12, 13, 14, 15), e("ring", 4))]])
-    return Workload("manual", (Step.of(b0, p0), Step.of(b1, p1)))
+    return Workload("manual", (Step(b0, p0), Step(b1, p1)))
 
 
 def workloads() -> tuple[list[Workload], list[str]]:

@@ -6,7 +6,8 @@ import pytest
 from dcpsim.policies import CPGroup, Engine, make_plan
 from dcpsim.sim.flatten import one_f_one_b_position
 from dcpsim.sim.simulate import simulate_plan
-from tests.conftest import Batch, constant_model
+from dcpsim.traces.batching import GlobalBatch
+from tests.conftest import constant_model
 
 
 def uniform_plan(W: int, m: int, c: int = 1):
@@ -18,7 +19,7 @@ def uniform_plan(W: int, m: int, c: int = 1):
             groups.append(CPGroup(tuple(range(j * c, (j + 1) * c)), (sid,), Engine.for_size("ring", c)))
             sid += 1
         mbs.append(groups)
-    return make_plan("test", W, mbs), Batch.of([1000] * sid)
+    return make_plan("test", W, mbs), GlobalBatch.of([1000] * sid)
 
 
 @pytest.mark.parametrize("p,m", [(1, 4), (2, 4), (4, 8), (4, 3), (8, 16), (2, 1)])
@@ -38,7 +39,7 @@ def test_cp_group_with_one_slow_member_delays_every_member():
     # microbatch 0: ranks 0..3 alone; microbatch 1: one group of all 4 ranks
     plan = make_plan("t", 4, [[CPGroup((r,), (r,), Engine()) for r in range(4)],
                               [CPGroup((0, 1, 2, 3), (4,), Engine.for_size("ring", 4))]])
-    batch = Batch.of([1000, 1000, 1000, 1000, 4000])
+    batch = GlobalBatch.of([1000, 1000, 1000, 1000, 4000])
     cm = constant_model(pool=4)
     fast = simulate_plan(plan, batch, cm)
     slow = simulate_plan(plan, batch, cm, slowdown={2: 3.0})
@@ -66,7 +67,7 @@ def test_pp_transfer_delays_next_stage_and_is_exposed():
 def test_dp_wait_and_gradient_sync():
     # rank 0 gets twice the tokens: rank 1 waits for it before the sync
     plan = make_plan("t", 2, [[CPGroup((0,), (0,), Engine()), CPGroup((1,), (1,), Engine())]])
-    res = simulate_plan(plan, Batch.of([2000, 1000]), constant_model(pool=2, grad_sync=1e-3))
+    res = simulate_plan(plan, GlobalBatch.of([2000, 1000]), constant_model(pool=2, grad_sync=1e-3))
     m = res.metrics
     T = 6e-3 + 1e-3
     assert m.iteration_time_s == pytest.approx(T)
@@ -83,7 +84,7 @@ def test_microbatch_skew_sees_same_tokens_different_time():
     cm = AnalyticCostModel(small_job(pool=4))
     plan = make_plan("t", 4, [[CPGroup((0, 1), (0,), Engine.for_size("ring", 2)),
                                CPGroup((2, 3), tuple(range(1, 33)), Engine.for_size("ring", 2))]])
-    res = simulate_plan(plan, Batch.of([32768] + [1024] * 32), cm)
+    res = simulate_plan(plan, GlobalBatch.of([32768] + [1024] * 32), cm)
     assert res.metrics.microbatch_skew_max > 1.5
 
 
@@ -94,7 +95,7 @@ def test_same_time_event_order_is_pinned():
     plan = make_plan("t", 4, [[CPGroup((r,), (r,), Engine()) for r in (2, 0, 3, 1)]])
     from dcpsim.sim.engine import execute
     from dcpsim.sim.flatten import flatten
-    batch = Batch.of([1000] * 4)
+    batch = GlobalBatch.of([1000] * 4)
     ot = execute(flatten(plan, batch), constant_model(pool=4), 1)
     # op index = group*2 + phase; groups listed in plan order (ranks 2, 0, 3, 1)
     order = np.argsort(ot.order)
@@ -117,7 +118,7 @@ def test_one_f_one_b_positions_are_a_permutation():
 def test_ranks_skip_microbatches_they_are_not_in():
     plan = make_plan("t", 4, [[CPGroup((0, 1), (0,), Engine.for_size("ring", 2))],
                               [CPGroup((2, 3), (1,), Engine.for_size("ring", 2))]])
-    res = simulate_plan(plan, Batch.of([1000, 1000]), constant_model(pool=4))
+    res = simulate_plan(plan, GlobalBatch.of([1000, 1000]), constant_model(pool=4))
     assert res.metrics.iteration_time_s == pytest.approx(1.5e-3)
 
 

@@ -183,6 +183,17 @@ def test_global_batch_validates_and_freezes() -> None:
         GlobalBatch([1], [1], -1)
 
 
+def test_global_batch_of_lengths_and_optional_ids() -> None:
+    b = GlobalBatch.of([10, 20, 5])
+    assert b == GlobalBatch([0, 1, 2], [10, 20, 5], 0)
+    offset = GlobalBatch.of([10, 20], ids=range(40, 42), step=3)
+    assert offset.seq_ids.tolist() == [40, 41] and offset.step == 3 and offset.num_tokens == 30
+    with pytest.raises(TraceError, match="sequence id 9 appears twice"):
+        GlobalBatch.of([1, 2], ids=[9, 9])
+    with pytest.raises(TraceError, match="non-empty"):
+        GlobalBatch.of([])
+
+
 def test_formed_batches_are_read_only() -> None:
     b = form_batches([3, 4, 5], 100, 8)[0]
     with pytest.raises(ValueError):
