@@ -1,15 +1,22 @@
-"""Run a what-if grid: scenario fields × seeds × policies, in parallel processes, resumable.
+"""Run a what-if grid: scenario fields × seeds × policies, in parallel processes or on Ray, resumable.
 
 The sweep file (TOML) names a base scenario, a [grid] table of field = [values], optional policies, seeds
 and a [set] table of fixed fields (format: docs/experiments.md; example: experiments/sweeps/example.toml).
 Every point × policy is stored in DIR/points/ as soon as it finishes; rerunning the same command skips
 what is stored, so an interrupted sweep resumes where it stopped. A point that fails is recorded with its
 error and the sweep goes on. Results: DIR/results.parquet and DIR/results.csv, one row per point × policy.
+A stored result is reused only while its scenario, policy, named files (trace, calibration) and the code
+version are unchanged.
+
+--backend ray runs the tasks as Ray tasks, on a running cluster (--address auto or HOST:PORT) or on a local
+Ray instance of --workers CPUs; this process stores the results (needs the ray extra: pip install
+"dcpsim[ray]").
 
 Examples:
   dcpsim sweep experiments/sweeps/example.toml -o sweep-out
   dcpsim sweep my_grid.toml -o out --workers 8
   dcpsim sweep my_grid.toml -o out --retry-errors        # rerun only the points that failed
+  dcpsim sweep my_grid.toml -o out --backend ray --address auto   # on the Ray cluster this node joined
 """
 
 from __future__ import annotations
@@ -33,14 +40,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="DIR",
                    help="results directory (default: sweep-<name of the grid file>)")
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
-                   help=f"worker processes (default: the CPU count, {os.cpu_count() or 1}); 1 runs in-process")
+                   help=f"worker processes (default: the CPU count, {os.cpu_count() or 1}); 1 runs in-process; "
+                        "with --backend ray and no --address: the CPUs of the local Ray instance")
     p.add_argument("--retry-errors", action="store_true", help="rerun the points whose stored result is an error")
+    p.add_argument("--backend", choices=("process", "ray"), default="process",
+                   help="process: a local process pool (default); ray: Ray tasks (needs the ray extra)")
+    p.add_argument("--address", metavar="ADDR",
+                   help="with --backend ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT); default: "
+                        "start a local Ray instance of --workers CPUs for this run")
+    p.add_argument("--max-retries", type=non_negative_int, default=3,
+                   help="with --backend ray: retries of a task whose worker died (default 3); then an error")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer ≥ 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} must be ≥ 0")
+    return v
+
+
 def run(args: argparse.Namespace) -> int:
+    from dcpsim.experiments.errors import ScenarioError
     from dcpsim.experiments.sweep import load_sweep, run_sweep
 
+    if args.address and args.backend != "ray":
+        raise ScenarioError(f"--address {args.address}: only with --backend ray")
+    if args.backend == "ray":
+        from dcpsim.experiments.sweep_ray import import_ray
+
+        import_ray()  # a missing Ray is one line, before any work
     sweep = load_sweep(args.grid)
     out = Path(args.output or f"sweep-{Path(args.grid).stem}")
     bars: dict[int, Progress] = {}
@@ -55,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         rep = run_sweep(sweep, out, workers=args.workers, retry_errors=args.retry_errors, progress=progress,
-                        log=log)
+                        log=log, backend=args.backend, address=args.address, max_retries=args.max_retries)
     except KeyboardInterrupt:
         log(f"interrupted; finished points are stored in {out}/points — rerun the same command to resume")
         raise

@@ -14,17 +14,21 @@ A sweep file (TOML)::
     context_len = [65536, 262144]
 
 A *point* is one combination of grid values and one seed; a *task* is a point × a policy. Every task is a
-pure function of its scenario and policy (the only measured quantity is ``scheduling_time_s``) and is stored,
-as soon as it finishes, as ``points/<key>.json`` in the output directory, ``key`` being a hash of the point's
-scenario content and the policy. A rerun skips every task whose file exists (resuming an interrupted sweep
-without recomputing anything); a task that raised is stored with its error and does not stop the sweep
-(``retry_errors`` reruns those). The table of results, one row per point × policy with the scenario fields
-and the summary metrics, is written as ``results.parquet`` and ``results.csv``.
+pure function of its scenario, its policy, the files it names and the code (the only measured quantity is
+``scheduling_time_s``) and is stored, as soon as it finishes, as ``points/<key>.json`` in the output
+directory, ``key`` hashing all four (:mod:`experiments.sweep_keys`). A rerun skips every task whose file
+exists (resuming an interrupted sweep without recomputing anything); a task that raised is stored with its
+error and does not stop the sweep (``retry_errors`` reruns those). The table of results, one row per point ×
+policy with the scenario fields and the summary metrics, is written as ``results.parquet`` and
+``results.csv`` (:mod:`experiments.sweep_results`, in bounded memory).
+
+Backends: ``process`` (default) runs tasks in a local process pool (or in this process for one worker);
+``ray`` runs them as Ray tasks (:mod:`experiments.sweep_ray`). Either way, only this process (the driver)
+writes the store and the tables.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
@@ -40,8 +44,9 @@ import pandas as pd
 
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.scenario import Scenario
+from dcpsim.experiments.sweep_keys import code_version, point_files, task_key
 
-SCHEMA = 1  # bump when a stored record's meaning changes: old files then no longer match any key
+BACKENDS = ("process", "ray")
 TOP_KEYS = {"base", "policies", "seeds", "grid", "set", "description"}
 NOT_GRIDDABLE = {"name", "description", "policies", "seed"}
 
@@ -55,6 +60,9 @@ class Task:
     values: dict[str, Any]  # the grid values of the point, and its seed
     policy: str
     scenario: dict[str, Any]  # Scenario fields
+    files: dict[str, str] = field(default_factory=dict)  # role (trace, calibration) → sha256 of the file
+    code: str = ""  # the code version the key was made with (sweep_keys.code_version)
+    cwd: str = ""  # the driver's working directory: relative file paths resolve against it on any worker
 
 
 @dataclass(frozen=True)
@@ -80,12 +88,15 @@ class Sweep:
         out = []
         names = list(self.grid)
         base = self.base.with_(**self.fixed) if self.fixed else self.base
+        code, cwd = code_version(), os.getcwd()
+        digests: dict[str, str] = {}  # each named file hashed once per call
         for i, combo in enumerate(itertools.product(*self.grid.values(), self.seeds)):
             values = dict(zip(names + ["seed"], combo))
             sc = base.with_(**values, name=f"{self.base.name}#{i}")
             content = _scenario_fields(sc)
+            files = point_files(content, digests)
             for pol in self.policies:
-                out.append(Task(task_key(content, pol), i, values, pol, content))
+                out.append(Task(task_key(content, pol, files, code), i, values, pol, content, files, code, cwd))
         return out
 
 
@@ -94,13 +105,6 @@ def _scenario_fields(sc: Scenario) -> dict[str, Any]:
     d.pop("num_gpus", None)
     d["policies"] = list(sc.policies)
     return d
-
-
-def task_key(scenario: dict[str, Any], policy: str) -> str:
-    """A stable 16-hex-digit key of a task: the scenario's content (not its name) and the policy label."""
-    content = {k: v for k, v in scenario.items() if k not in ("name", "description", "policies")}
-    blob = json.dumps({"schema": SCHEMA, "scenario": content, "policy": policy}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def load_sweep(path: str | Path) -> Sweep:
@@ -151,16 +155,25 @@ def load_sweep(path: str | Path) -> Sweep:
     return Sweep(str(path), base, grid, labels, tuple(seeds), fixed)
 
 
+def _record(task: Task) -> dict[str, Any]:
+    return {"key": task.key, "point": task.point, "values": task.values, "policy": task.policy,
+            "scenario": task.scenario, "files": task.files, "code": task.code, "summary": None, "error": None}
+
+
 def run_task(task: Task) -> dict[str, Any]:
     """Run one task in this process; never raises for a problem of the point (the error is recorded)."""
+    from dcpsim import __version__
     from dcpsim.experiments.runner import parse_policy_specs, run_policy
     from dcpsim.experiments.scenario_files import scenario_from_mapping
 
     t0 = time.perf_counter()
-    record: dict[str, Any] = {"key": task.key, "point": task.point, "values": task.values, "policy": task.policy,
-                              "scenario": task.scenario, "summary": None, "error": None}
+    record = _record(task)
     try:
         fields = dict(task.scenario)
+        for k in ("trace", "calibration"):  # as the driver sees them (a Ray worker has its own directory)
+            v = fields.get(k)
+            if isinstance(v, str) and v and (k == "calibration" or Path(v).suffix) and task.cwd and not Path(v).is_absolute():
+                fields[k] = str(Path(task.cwd) / v)
         sc = scenario_from_mapping(fields, f"sweep point {task.point}")
         spec = parse_policy_specs(task.policy)[0]
         pr = run_policy(spec, sc.batches(), sc.cost_model(), sc.policy_options)
@@ -171,6 +184,14 @@ def run_task(task: Task) -> dict[str, Any]:
         record["traceback"] = traceback.format_exc(limit=4)
     record["elapsed_s"] = time.perf_counter() - t0
     record["pid"] = os.getpid()
+    record["worker_version"] = __version__  # the driver checks it: a cluster's workers may run other code
+    return record
+
+
+def error_record(task: Task, error: str) -> dict[str, Any]:
+    """The record of a task that produced no record of its own (its worker died, its result was lost)."""
+    record = _record(task)
+    record.update(error=error, elapsed_s=float("nan"), pid=None)
     return record
 
 
@@ -185,15 +206,22 @@ def store(out_dir: Path, record: dict[str, Any]) -> Path:
     return final
 
 
-def load_records(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Stored records by key (unreadable files are ignored: their tasks run again)."""
+def read_record(out_dir: Path, key: str) -> dict[str, Any] | None:
+    """The stored record of ``key``, or None (absent or unreadable: the task runs again)."""
+    try:
+        rec = json.loads((out_dir / "points" / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and rec.get("key") == key else None
+
+
+def stored_status(out_dir: Path) -> dict[str, bool]:
+    """Key → whether its stored record is an error, for every readable record (one file in memory at a time)."""
     out = {}
     for p in (out_dir / "points").glob("*.json"):
-        try:
-            rec = json.loads(p.read_text())
-            out[rec["key"]] = rec
-        except (OSError, ValueError, KeyError):
-            continue
+        rec = read_record(out_dir, p.stem)
+        if rec is not None:
+            out[p.stem] = bool(rec.get("error"))
     return out
 
 
@@ -203,52 +231,83 @@ class SweepReport:
     computed: int
     reused: int
     failed: int
-    table: pd.DataFrame
-    files: list[Path]
+    rows: int
+    files: list[Path]  # results.parquet, results.csv
+
+    def read_table(self) -> pd.DataFrame:
+        """``results.parquet`` as it is now (the sweep never holds the whole table: a grid can be large)."""
+        return pd.read_parquet(self.files[0])
 
 
 def run_sweep(sweep: Sweep, out_dir: str | Path, workers: int = 1, retry_errors: bool = False,
               progress: Callable[[int, int], None] | None = None,
-              log: Callable[[str], None] | None = None) -> SweepReport:
+              log: Callable[[str], None] | None = None, backend: str = "process", address: str | None = None,
+              max_retries: int = 3) -> SweepReport:
     """Run every task of ``sweep`` not already stored in ``out_dir``, then write the results table.
 
-    ``workers`` > 1 runs tasks in that many processes; 1 runs them in this process. ``progress(done, total)``
-    is called after every finished task (``total`` counts the tasks to compute in this call).
+    ``backend="process"``: ``workers`` > 1 runs tasks in that many processes, 1 in this process.
+    ``backend="ray"``: Ray tasks on the cluster at ``address`` (``auto``, ``host:port``, ``ray://…``), or on a
+    local instance of ``workers`` CPUs started for the call when ``address`` is None; a task whose worker dies
+    is retried ``max_retries`` times, then recorded as an error. ``progress(done, total)`` is called after
+    every finished task (``total`` counts the tasks to compute in this call).
     """
+    if backend not in BACKENDS:
+        raise ScenarioError(f"backend {backend!r} is not known; valid: {', '.join(BACKENDS)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tasks = sweep.tasks()
-    stored = load_records(out_dir)
-    todo = [t for t in tasks if t.key not in stored or (retry_errors and stored[t.key].get("error"))]
+    stored = stored_status(out_dir)
+    todo = [t for t in tasks if t.key not in stored or (retry_errors and stored[t.key])]
+    todo = list({t.key: t for t in todo}.values())  # equal points (a repeated grid value) run once
     reused = len(tasks) - len(todo)
     say = log or (lambda _m: None)
+    where = f"Ray ({address or f'local, {workers} CPUs'})" if backend == "ray" else f"{workers} worker(s)"
     say(f"{sweep.num_points} points x {len(sweep.policies)} policies = {len(tasks)} tasks; {reused} stored, "
-        f"{len(todo)} to run on {workers} worker(s)")
+        f"{len(todo)} to run on {where}; code {tasks[0].code if tasks else code_version()}")
     (out_dir / "sweep.json").write_text(json.dumps(
         {"source": sweep.source, "base": sweep.base.name, "grid": sweep.grid, "set": sweep.fixed,
          "policies": list(sweep.policies), "seeds": list(sweep.seeds), "points": sweep.num_points,
-         "tasks": len(tasks)}, indent=1, default=str))
+         "tasks": len(tasks), "code": code_version()}, indent=1, default=str))
     done = 0
 
     def finished(rec: dict[str, Any]) -> None:
         nonlocal done
         store(out_dir, rec)
-        stored[rec["key"]] = rec
         done += 1
         if rec.get("error"):
             say(f"point {rec['point']} {rec['policy']}: {rec['error']}")
         if progress:
             progress(done, len(todo))
 
-    if workers <= 1 or len(todo) <= 1:
+    if backend == "ray":
+        from dcpsim.experiments.sweep_ray import run_ray
+
+        run_ray(todo, finished, num_cpus=workers, address=address, max_retries=max_retries)
+    elif workers <= 1 or len(todo) <= 1:
         for t in todo:
             finished(run_task(t))
     else:
         _run_parallel(todo, workers, finished)
-    table = results_table(sweep, tasks, stored)
-    files = write_results(table, out_dir)
-    failed = int(table["error"].astype(bool).sum()) if len(table) else 0
-    return SweepReport(len(tasks), len(todo), reused, failed, table, files)
+    return finish(sweep, tasks, out_dir, len(todo), reused)
+
+
+def finish(sweep: Sweep, tasks: list[Task], out_dir: Path, computed: int, reused: int) -> SweepReport:
+    """Write the results table of ``tasks`` from the store; the report of the sweep."""
+    from dcpsim.experiments.sweep_results import write_results
+
+    failed = 0
+
+    def rows():
+        nonlocal failed
+        failed = 0
+        for t in tasks:
+            rec = read_record(out_dir, t.key)
+            if rec is not None:
+                failed += bool(rec.get("error"))
+                yield result_row(t, rec)
+
+    files, n = write_results(rows, out_dir)
+    return SweepReport(len(tasks), computed, reused, failed, n, files)
 
 
 def _run_parallel(todo: list[Task], workers: int, finished: Callable[[dict[str, Any]], None]) -> None:
@@ -272,42 +331,19 @@ def _run_parallel(todo: list[Task], workers: int, finished: Callable[[dict[str, 
     pool.shutdown(wait=True)
 
 
-def results_table(sweep: Sweep, tasks: list[Task], records: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """One row per point × policy (sweep order): point, grid values, scenario fields, metrics, error."""
-    rows = []
-    metric_cols: dict[str, None] = {}
-    for t in tasks:
-        rec = records.get(t.key)
-        if rec is None:
+def result_row(t: Task, rec: dict[str, Any]) -> dict[str, Any]:
+    """One row of the results table: point, key, policy, grid values, scenario fields, metrics, error, elapsed."""
+    row: dict[str, Any] = {"point": t.point, "key": t.key, "policy": t.policy}
+    row.update({f"grid.{k}": v for k, v in t.values.items()})
+    for k, v in t.scenario.items():
+        if k in ("policies", "name"):
             continue
-        row: dict[str, Any] = {"point": t.point, "key": t.key, "policy": t.policy}
-        row.update({f"grid.{k}": v for k, v in t.values.items()})
-        for k, v in t.scenario.items():
-            if k in ("policies", "name"):
-                continue
-            row[k] = json.dumps(v, sort_keys=True) if isinstance(v, dict | list | tuple) else v
-        row["num_gpus"] = t.scenario["tp"] * t.scenario["pp"] * t.scenario["pool"]
-        summary = rec.get("summary") or {}
-        for k, v in summary.items():
-            if k != "policy":
-                row[k] = v
-                metric_cols[k] = None
-        row["error"] = rec.get("error") or ""
-        row["elapsed_s"] = rec.get("elapsed_s", float("nan"))
-        rows.append(row)
-    df = pd.DataFrame(rows)
-    if len(df):  # a fixed column order: identity and scenario, metrics (summary order), error, elapsed
-        front = [c for c in df.columns if c not in metric_cols and c not in ("error", "elapsed_s")]
-        df = df[front + list(metric_cols) + ["error", "elapsed_s"]]
-    return df
-
-
-def write_results(table: pd.DataFrame, out_dir: Path) -> list[Path]:
-    paths = [out_dir / "results.parquet", out_dir / "results.csv"]
-    t = table.copy()
-    for c in t.columns:  # Parquet wants one type per column: mixed-type grid columns become strings
-        if t[c].dtype == object and len({type(v) for v in t[c] if v is not None}) > 1:
-            t[c] = t[c].astype(str)
-    t.to_parquet(paths[0], index=False)
-    table.to_csv(paths[1], index=False)
-    return paths
+        row[k] = json.dumps(v, sort_keys=True) if isinstance(v, dict | list | tuple) else v
+    row["num_gpus"] = t.scenario["tp"] * t.scenario["pp"] * t.scenario["pool"]
+    summary = rec.get("summary") or {}
+    for k, v in summary.items():
+        if k != "policy":
+            row[k] = v
+    row["error"] = rec.get("error") or ""
+    row["elapsed_s"] = rec.get("elapsed_s", float("nan"))
+    return row

@@ -72,11 +72,12 @@ def test_resume_skips_finished_points(grid, tmp_path, counting):
     out = tmp_path / "out"
     first = run_sweep(load_sweep(grid), out, workers=1)
     assert len(counting) == 16 and first.computed == 16 and first.reused == 0
+    first_table = first.read_table()
     assert len(list((out / "points").glob("*.json"))) == 16
     counting.clear()
     again = run_sweep(load_sweep(grid), out, workers=1)
     assert counting == [] and again.computed == 0 and again.reused == 16
-    pd.testing.assert_frame_equal(first.table, again.table)
+    pd.testing.assert_frame_equal(first_table, again.read_table())  # reused records: the same table
     # an interruption loses at most the unfinished points: remove two, only those two run again
     victims = sorted((out / "points").glob("*.json"))[:2]
     lost = {json.loads(p.read_text())["key"] for p in victims}
@@ -93,7 +94,7 @@ def test_resume_skips_finished_points(grid, tmp_path, counting):
 
 def test_errors_are_recorded_not_fatal(grid, tmp_path, counting):
     rep = run_sweep(load_sweep(grid), tmp_path / "out", workers=1)
-    t = rep.table
+    t = rep.read_table()
     bad = t[t.max_tokens_per_rank == 100]
     good = t[t.max_tokens_per_rank == 16384]
     assert len(bad) == 8 and (bad.error != "").all() and bad.tokens_per_s.isna().all()
@@ -105,8 +106,8 @@ def test_errors_are_recorded_not_fatal(grid, tmp_path, counting):
 
 
 def test_parallel_matches_serial(grid, tmp_path):
-    serial = run_sweep(load_sweep(grid), tmp_path / "s", workers=1).table
-    parallel = run_sweep(load_sweep(grid), tmp_path / "p", workers=2).table
+    serial = run_sweep(load_sweep(grid), tmp_path / "s", workers=1).read_table()
+    parallel = run_sweep(load_sweep(grid), tmp_path / "p", workers=2).read_table()
     cols = ["key", "policy", "iteration_time_s", "tokens_per_s", "pipeline_bubble", "error"]
     pd.testing.assert_frame_equal(serial[cols], parallel[cols])
 

@@ -1,0 +1,145 @@
+"""Sweep cache keys: a changed trace file or code version recomputes exactly what it affects."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+
+import pandas as pd
+import pytest
+
+import dcpsim.experiments.sweep as sweep_mod
+from dcpsim.experiments.sweep import load_sweep, run_sweep
+from dcpsim.experiments.sweep_keys import checkout_state, file_digest, point_files
+
+BASE = """
+model = "llama3-8b"
+gpu = "h200"
+tp = 1
+pp = 2
+pool = 8
+context_len = 32768
+global_batch_tokens = 131072
+iterations = 1
+policies = ["static-cp", "mcore-dcp"]
+"""
+
+GRID = """
+base = "base.toml"
+seeds = [0]
+
+[grid]
+trace = ["a.csv", "b.csv"]
+pool = [4, 8]
+"""
+
+
+def lengths_csv(lengths):
+    return "length\n" + "".join(f"{n}\n" for n in lengths)
+
+
+@pytest.fixture
+def grid(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # trace paths are relative to the working directory, as for every command
+    (tmp_path / "base.toml").write_text(BASE)
+    (tmp_path / "grid.toml").write_text(GRID)
+    (tmp_path / "a.csv").write_text(lengths_csv([30000, 20000, 9000, 4000] * 4))
+    (tmp_path / "b.csv").write_text(lengths_csv([8000] * 16))
+    return tmp_path / "grid.toml"
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """The (trace, pool, policy) of every task computed (workers=1 runs them in this process)."""
+    calls = []
+    real = sweep_mod.run_task
+
+    def run_task(task):
+        calls.append((task.scenario["trace"], task.scenario["pool"], task.policy))
+        return real(task)
+
+    monkeypatch.setattr(sweep_mod, "run_task", run_task)
+    return calls
+
+
+def test_changed_trace_file_recomputes_only_its_points(grid, tmp_path, counting):
+    out = tmp_path / "out"
+    first = run_sweep(load_sweep(grid), out, workers=1)
+    assert first.computed == 8 and first.failed == 0 and len(counting) == 8
+    before = first.read_table().set_index(["trace", "pool", "policy"])
+    counting.clear()
+    (tmp_path / "b.csv").write_text(lengths_csv([4000] * 16))  # same name, new content
+    second = run_sweep(load_sweep(grid), out, workers=1)
+    assert sorted(counting) == sorted(("b.csv", p, pol) for p in (4, 8) for pol in ("static-cp", "mcore-dcp"))
+    assert second.computed == 4 and second.reused == 4
+    after = second.read_table().set_index(["trace", "pool", "policy"])
+    # a.csv's rows are the stored ones; b.csv's are results of the new file: one batch of 16 x 4,000 tokens
+    # instead of 16 x 8,000 (both fit the 131,072-token budget), so half the tokens per iteration
+    pd.testing.assert_frame_equal(after.loc["a.csv"], before.loc["a.csv"])
+    assert (after.loc["b.csv", "key"] != before.loc["b.csv", "key"]).all()
+    tokens = after.tokens_per_s * after.iteration_time_s
+    assert tokens.loc["b.csv"].to_numpy() == pytest.approx([64000] * 4, rel=1e-9)
+    assert (before.tokens_per_s * before.iteration_time_s).loc["b.csv"].to_numpy() == pytest.approx([128000] * 4)
+    # rewriting a file with the same bytes (a new mtime) recomputes nothing
+    counting.clear()
+    (tmp_path / "a.csv").write_bytes((tmp_path / "a.csv").read_bytes())
+    assert run_sweep(load_sweep(grid), out, workers=1).computed == 0 and counting == []
+
+
+def test_changed_code_version_recomputes_everything(grid, tmp_path, counting, monkeypatch):
+    out = tmp_path / "out"
+    first = run_sweep(load_sweep(grid), out, workers=1).read_table()
+    counting.clear()
+    monkeypatch.setattr(sweep_mod, "code_version", lambda: "9.9.9+gdeadbeef")
+    again = run_sweep(load_sweep(grid), out, workers=1)
+    assert again.computed == 8 and len(counting) == 8
+    assert set(again.read_table()["key"]).isdisjoint(first["key"])
+    assert run_sweep(load_sweep(grid), out, workers=1).computed == 0  # same code again: all stored
+
+
+def test_point_files_hash_the_named_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.csv").write_bytes(b"length\n100\n")
+    (tmp_path / "cal.json").write_bytes(b"{}")
+    assert file_digest(tmp_path / "t.csv") == hashlib.sha256(b"length\n100\n").hexdigest()
+    assert point_files({"trace": "t.csv", "calibration": "cal.json"}) == {
+        "trace": hashlib.sha256(b"length\n100\n").hexdigest(), "calibration": hashlib.sha256(b"{}").hexdigest()}
+    assert point_files({"trace": "256k", "calibration": None}) == {}  # a preset and the shipped calibration
+    assert point_files({"trace": "nope.csv"}) == {"trace": "missing"}
+    cache: dict[str, str] = {}
+    point_files({"trace": "t.csv"}, cache)
+    assert cache == {str((tmp_path / "t.csv").resolve()): hashlib.sha256(b"length\n100\n").hexdigest()}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_checkout_state(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "mod.py").write_text("x = 1\n")
+    (tmp_path / "notes.md").write_text("notes\n")
+    (tmp_path / ".gitignore").write_text("ignored/\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert checkout_state([pkg]) == (head, "")  # clean
+    (tmp_path / "notes.md").write_text("edited\n")
+    assert checkout_state([pkg]) == (head, "")  # a file outside the package does not count
+    (pkg / "mod.py").write_text("x = 2\n")
+    edited = checkout_state([pkg])
+    assert edited[0] == head and len(edited[1]) == 12
+    (pkg / "new.py").write_text("y = 1\n")
+    with_new = checkout_state([pkg])
+    assert with_new[1] not in ("", edited[1])  # an untracked module counts too
+    (pkg / "new.py").write_text("y = 2\n")
+    assert checkout_state([pkg])[1] not in ("", edited[1], with_new[1])
+    (pkg / "new.py").unlink()
+    (pkg / "mod.py").write_text("x = 1\n")
+    assert checkout_state([pkg]) == (head, "")  # back to the commit: the stored results match again
+    (tmp_path / "ignored").mkdir()
+    assert checkout_state([tmp_path / "ignored"]) is None  # e.g. a wheel installed into an ignored .venv
