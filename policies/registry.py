@@ -1,42 +1,210 @@
-"""The ``Policy`` protocol and the registry of policies by name.
+"""The ``Policy`` protocol, the registry of policies by name, and the policies' typed options.
 
-A policy is a class (usually a frozen dataclass whose fields are its options) decorated with
-``@register_policy("name")``. Every module in the ``policies`` package is imported on first lookup, so adding
-a policy is one new module and nothing else.
+A policy is a frozen dataclass whose fields are its options, decorated with ``@register_policy("name")``; the
+registration alone sets the class's ``name``. Every module in the ``policies`` package is imported on first
+lookup, so adding a policy is one new module and nothing else.
+
+Options are parsed and checked here, in one place, from the fields' annotations, before any planning: a
+field may be ``int``, ``float``, ``bool``, ``str`` or a ``Literal[...]`` of one of them, each optionally
+``| None``. A field declares what else is valid beside it with :func:`option` (a range, or choices for a
+``str``)::
+
+    @register_policy("mine")
+    @dataclass(frozen=True)
+    class Mine:
+        tolerance: float = option(0.05, ge=0.0, le=10.0)
+        cp_engine: str = option("ring", choices=("ring", "ulysses"))
+        degrees: Literal["pow2", "any"] = "pow2"
+
+        def __post_init__(self) -> None:
+            check_options(self)   # the same checks when the class is built directly
+
+Values written as text (a command line's ``key=value``) are parsed by the same types: ``abc`` for an ``int``
+is an error naming the policy, the option, the value and what is valid, never a traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
+import numbers
 import pkgutil
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, runtime_checkable
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import (TYPE_CHECKING, Any, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints,
+                    runtime_checkable)
 
-from dcpsim.cost_models.base import CostModel
-from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.plan import BatchLike, Plan
+
+if TYPE_CHECKING:  # only for annotations: importing cost_models here would load scipy for 'dcpsim --help'
+    from dcpsim.cost_models.base import CostModel
+    from dcpsim.cost_models.specs import JobSpec
+    from dcpsim.policies.plan import Plan
+    from dcpsim.traces.batching import GlobalBatch
 
 
 @runtime_checkable
 class Policy(Protocol):
     """Decides CP groups, degrees, engines and microbatches for one global batch; deterministic."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
-    def plan(self, batch: BatchLike, job: JobSpec, cost_model: CostModel) -> Plan: ...
+    def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan: ...
+
+
+OPTION_METADATA = "dcpsim.option"  # the dataclass field-metadata key that :func:`option` fills
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionType:
+    """What one option (or scenario field) accepts: a base type, None or not, choices, a closed/open range.
+
+    ``base`` is ``int``, ``float``, ``bool`` or ``str``; ``choices`` (from a ``Literal`` or :func:`option`)
+    lists the only valid values; ``ge``/``gt``/``le`` bound numbers.
+    """
+
+    base: type
+    optional: bool = False
+    choices: tuple[Any, ...] | None = None
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+
+    @staticmethod
+    def of(annotation: Any, metadata: Mapping[str, Any] | None = None) -> OptionType:
+        """The type of a field from its (resolved) annotation and its :func:`option` metadata.
+
+        Raises TypeError for an annotation this module cannot parse values of (a policy author's error)."""
+        optional = False
+        tp = annotation
+        if get_origin(tp) in (Union, types.UnionType):
+            args = [a for a in get_args(tp) if a is not type(None)]
+            optional = len(args) < len(get_args(tp))
+            if len(args) != 1:
+                raise TypeError(f"unsupported option annotation {annotation!r}: one type, optionally | None")
+            tp = args[0]
+        choices: tuple[Any, ...] | None = None
+        if get_origin(tp) is Literal:
+            choices = get_args(tp)
+            kinds = {type(c) for c in choices}
+            if len(kinds) != 1:
+                raise TypeError(f"unsupported option annotation {annotation!r}: Literal values of one type")
+            tp = kinds.pop()
+        if tp not in (int, float, bool, str):
+            raise TypeError(f"unsupported option annotation {annotation!r}: use int, float, bool, str or Literal")
+        extra = dict(metadata.get(OPTION_METADATA, {})) if metadata else {}
+        if extra.get("choices") is not None:
+            choices = tuple(extra["choices"])
+        return OptionType(tp, optional, choices, extra.get("ge"), extra.get("gt"), extra.get("le"))
+
+    def describe(self) -> str:
+        """What is valid, in words: 'an integer ≥ 1, or None'."""
+        if self.choices is not None:
+            text = "one of " + ", ".join(str(c) for c in self.choices)
+        else:
+            text = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[self.base]
+            bounds = [f"> {_num(self.gt)}" if self.gt is not None else "",
+                      f"≥ {_num(self.ge)}" if self.ge is not None else "",
+                      f"≤ {_num(self.le)}" if self.le is not None else ""]
+            bounds = [b for b in bounds if b]
+            if bounds:
+                text += " " + " and ".join(bounds)
+        return text + (", or None" if self.optional else "")
+
+    def parse(self, value: Any, from_text: bool = False) -> Any:
+        """``value`` as this type; ValueError('expected <describe()>') if it is not valid.
+
+        ``from_text``: ``value`` was written as text (a command line), so '4' is an int, 'true' a bool and
+        'none' None. Otherwise it must already have the type (an int is accepted for a float)."""
+        if from_text and isinstance(value, str):
+            value = self._from_text(value.strip())
+        if value is None:
+            if self.optional:
+                return None
+            raise ValueError(f"expected {self.describe()}")
+        if self.base is bool:
+            ok = isinstance(value, bool)
+        elif self.base is int:
+            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        elif self.base is float:
+            ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise ValueError(f"expected {self.describe()}")
+        value = self.base(value)
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"expected {self.describe()}")
+        if ((self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
+                or (self.le is not None and value > self.le)):
+            raise ValueError(f"expected {self.describe()}")
+        return value
+
+    def _from_text(self, text: str) -> Any:
+        low = text.lower()
+        if self.optional and low in ("none", "null"):
+            return None
+        if self.base is bool:
+            return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(low, text)
+        if self.base in (int, float):
+            try:
+                return self.base(text)
+            except ValueError:
+                return text  # not a number: parse() says what is expected
+        return text
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def option(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+           choices: Iterable[Any] | None = None) -> Any:
+    """A policy option's dataclass field: its default, and what is valid beside the type (a range, choices)."""
+    meta = {"ge": ge, "gt": gt, "le": le, "choices": tuple(choices) if choices is not None else None}
+    return dataclasses.field(default=default, metadata={OPTION_METADATA: meta})
+
+
+def option_types(cls: type) -> dict[str, OptionType]:
+    """The options of a dataclass (its init fields, except ``name``) and their types."""
+    if not dataclasses.is_dataclass(cls):
+        return {}
+    hints = get_type_hints(cls)
+    return {f.name: OptionType.of(hints[f.name], f.metadata) for f in dataclasses.fields(cls)
+            if f.init and f.name != "name"}
+
+
+def check_options(policy: Any) -> None:
+    """Check a built policy's option values against their declared types (call it from ``__post_init__``)."""
+    label = getattr(type(policy), "name", type(policy).__name__)
+    for key, ot in option_types(type(policy)).items():
+        value = getattr(policy, key)
+        try:
+            ot.parse(value)
+        except ValueError as e:
+            raise PolicyError(f"policy {label!r}: option {key} = {value!r} is invalid: {e}") from None
 
 
 _REGISTRY: dict[str, type] = {}
+_TYPES: dict[str, dict[str, OptionType]] = {}
 T = TypeVar("T", bound=type)
 
 
 def register_policy(name: str) -> Callable[[T], T]:
+    """Register a policy class under ``name`` and set its ``name``; its option annotations are checked now."""
     def deco(cls: T) -> T:
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise PolicyError(f"policy name {name!r} is registered twice ({_REGISTRY[name].__name__}, "
                               f"{cls.__name__})")
+        if cls.__dict__.get("name", name) != name:
+            raise PolicyError(f"{cls.__name__} is registered as {cls.__dict__['name']!r} and {name!r}")
+        try:
+            _TYPES[name] = option_types(cls)
+        except TypeError as e:
+            raise PolicyError(f"policy {name!r} ({cls.__name__}): {e}") from None
+        cls.name = name  # type: ignore[attr-defined]  # the registration is the one place a name is set
         _REGISTRY[name] = cls
         return cls
     return deco
@@ -54,14 +222,6 @@ def available_policies() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def policy_options(name: str) -> dict[str, Any]:
-    """Option names of a policy with their defaults."""
-    cls = _lookup(name)
-    if dataclasses.is_dataclass(cls):
-        return {f.name: f.default for f in dataclasses.fields(cls) if f.init and f.name != "name"}
-    return {}
-
-
 def _lookup(name: str) -> type:
     _discover()
     try:
@@ -70,15 +230,55 @@ def _lookup(name: str) -> type:
         raise PolicyError(f"unknown policy {name!r}; valid: {', '.join(sorted(_REGISTRY))}") from None
 
 
+def policy_options(name: str) -> dict[str, Any]:
+    """Option names of a policy with their defaults."""
+    cls = _lookup(name)
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.name in _TYPES[name]}
+
+
+def policy_option_types(name: str) -> dict[str, OptionType]:
+    """Option names of a policy with what each accepts."""
+    _lookup(name)
+    return dict(_TYPES[name])
+
+
+def parse_options(name: str, options: Mapping[str, Any], from_text: bool = False) -> dict[str, Any]:
+    """``options`` of policy ``name`` parsed and checked by their declared types.
+
+    An unknown policy or option, or an invalid value, is a :class:`PolicyError` naming the policy, the option,
+    the value and what is valid. ``from_text``: the values are text as written on a command line."""
+    _lookup(name)
+    types_ = _TYPES[name]
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if key not in types_:
+            raise PolicyError(f"policy {name!r} has no option {key!r}; valid: {', '.join(sorted(types_)) or 'none'}")
+        try:
+            out[key] = types_[key].parse(value, from_text)
+        except ValueError as e:
+            raise PolicyError(f"policy {name!r}: option {key} = {value!r} is invalid: {e}") from None
+    return out
+
+
+def check_shared_options(options: Mapping[str, Any]) -> None:
+    """Options meant for every policy that takes them (a scenario's ``policy_options``): each must be an
+    option of some policy, with a value valid for every policy that takes it; else :class:`PolicyError`."""
+    names = available_policies()
+    for key, value in options.items():
+        takers = [n for n in names if key in _TYPES[n]]
+        if not takers:
+            every = sorted({k for n in names for k in _TYPES[n]})
+            raise PolicyError(f"no policy has an option {key!r}; options: {', '.join(every)}")
+        for n in takers:
+            parse_options(n, {key: value})
+
+
 def create_policy(name: str, **options: Any) -> Policy:
-    """Instantiate policy ``name`` with ``options``; options it does not take are an error.
+    """Instantiate policy ``name`` with ``options``, parsed and checked first (:func:`parse_options`).
 
     Options set to None are dropped, so a CLI can pass every flag it has.
     """
     cls = _lookup(name)
-    valid = policy_options(name)
-    options = {k: v for k, v in options.items() if v is not None}
-    bad = sorted(set(options) - set(valid))
-    if bad:
-        raise PolicyError(f"policy {name!r} has no option {bad[0]!r}; valid: {', '.join(sorted(valid)) or 'none'}")
-    return cls(**options)
+    typed = parse_options(name, {k: v for k, v in options.items() if v is not None})
+    policy: Policy = cls(**typed)
+    return policy

@@ -222,7 +222,7 @@ def test_other_engines_keep_upstream_groups(engine: str) -> None:
 
 
 def test_unknown_engine_and_option() -> None:
-    with pytest.raises(PolicyError, match="cp_engine = 'p2p' is unknown"):
+    with pytest.raises(PolicyError, match="option cp_engine = 'p2p' is invalid: expected one of ring, ulysses"):
         McoreDCP(cp_engine="p2p")
     with pytest.raises(PolicyError, match="has no option 'cp_degree'"):
         create_policy("mcore-dcp", cp_degree=4)
