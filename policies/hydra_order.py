@@ -8,9 +8,10 @@ iteration time by about 4%; the recurrence below ranks those orders as the simul
 0.997 over every position of the block).
 
 HyDra therefore scores candidate orders with the 1F1B recurrence of one pipeline column and keeps the best.
-Stage s runs min(p − s − 1, m) warm-up forwards, then alternates F(w + i), B(i), then the remaining
-backwards; F(s, k) waits for F(s − 1, k) and B(s, k) for B(s + 1, k); a microbatch of height h splits into
-forward φ·h and backward (1 − φ)·h (φ ≈ 0.3: GEMM backward is 2× forward, attention backward 2.5×).
+Every stage runs the simulator's 1F1B order (:mod:`dcpsim.policies.pipeline_order`: min(p − s − 1, m) warm-up
+forwards, then F(w + i), B(i) alternating, then the remaining backwards); F(s, k) waits for F(s − 1, k) and
+B(s, k) for B(s + 1, k); a microbatch of height h splits into forward φ·h and backward (1 − φ)·h (φ ≈ 0.3:
+GEMM backward is 2× forward, attention backward 2.5×).
 Transfers between stages and coupling across ranks are left out: it is a ranking device, O(m·p) per order.
 """
 
@@ -20,17 +21,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from dcpsim.policies.pipeline_order import stage_order
+
 FORWARD_FRACTION = 0.3
-
-
-def stage_order(stage: int, p: int, m: int) -> list[tuple[int, int]]:
-    """(phase, microbatch) in 1F1B order at ``stage``; phase 0 = forward, 1 = backward."""
-    w = min(p - stage - 1, m)
-    ops = [(0, k) for k in range(w)]
-    for i in range(m - w):
-        ops += [(0, w + i), (1, i)]
-    ops += [(1, k) for k in range(m - w, m)]
-    return ops
 
 
 @lru_cache(maxsize=256)
@@ -43,16 +36,17 @@ def _schedule(m: int, p: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray],
     to a row of zeros). The structure depends on (m, p) only, never on durations: computed once, reused."""
     phase, mb, dep, prev = [], [], [], []
     index: dict[tuple[int, int, int], int] = {}
+    orders = [list(zip(*(a.tolist() for a in stage_order(s, p, m)))) for s in range(p)]
     for s in range(p):
         last = -1
-        for ph, k in stage_order(s, p, m):
+        for ph, k in orders[s]:
             index[(s, ph, k)] = len(phase)
             phase.append(ph)
             mb.append(k)
             prev.append(last)
             last = len(phase) - 1
     for s in range(p):
-        for ph, k in stage_order(s, p, m):
+        for ph, k in orders[s]:
             if ph == 0:
                 dep.append(index[(s - 1, 0, k)] if s > 0 else -1)
             else:

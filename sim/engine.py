@@ -24,7 +24,8 @@ import numpy as np
 import simpy
 
 from dcpsim.cost_models.base import CostModel
-from dcpsim.sim.flatten import FlatPlan, one_f_one_b_position
+from dcpsim.policies.pipeline_order import one_f_one_b_position
+from dcpsim.sim.flatten import FlatPlan
 
 
 class SimulationError(RuntimeError):

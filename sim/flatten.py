@@ -60,15 +60,3 @@ def flatten(plan: Plan, batch: GlobalBatch) -> FlatPlan:
                         size=i64(g_size), ulysses=i64(g_u), first_rank=i64(g_first))
     return FlatPlan(plan.pool_size, plan.num_microbatches, i64(g_mb), groups, i64(m_rank), i64(m_group))
 
-
-def one_f_one_b_position(stage: int, num_stages: int, m: int, phase: np.ndarray, mb: np.ndarray) -> np.ndarray:
-    """Position of (phase, microbatch) in stage ``stage``'s non-interleaved 1F1B order.
-
-    Warm-up runs w = min(p − s − 1, m) forwards; the steady state alternates F(w + i), B(i); the cool-down
-    runs the remaining backwards. ``phase`` is 0 for F and 1 for B.
-    """
-    w = min(num_stages - stage - 1, m)
-    mb = np.asarray(mb, dtype=np.int64)
-    fwd = np.where(mb < w, mb, 2 * mb - w)
-    bwd = np.where(mb < m - w, w + 2 * mb + 1, m + mb)
-    return np.where(np.asarray(phase) == 0, fwd, bwd)

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel
+from dcpsim.policies.pipeline_order import one_f_one_b_position
 from dcpsim.policies.plan import Plan
 from dcpsim.sim.engine import OpTimes, execute
-from dcpsim.sim.flatten import FlatPlan, flatten, one_f_one_b_position
+from dcpsim.sim.flatten import FlatPlan, flatten
 from dcpsim.sim.metrics import Metrics, compute_metrics
 from dcpsim.sim.timeline import Timeline
 

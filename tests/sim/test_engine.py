@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from dcpsim.policies import CPGroup, Engine, make_plan
-from dcpsim.sim.flatten import one_f_one_b_position
 from dcpsim.sim.simulate import simulate_plan
 from dcpsim.traces.batching import GlobalBatch
 from tests.conftest import constant_model
@@ -102,17 +101,6 @@ def test_same_time_event_order_is_pinned():
     assert order.tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
     again = execute(flatten(plan, batch), constant_model(pool=4), 1)
     assert np.array_equal(again.order, ot.order)
-
-
-def test_one_f_one_b_positions_are_a_permutation():
-    for p in (1, 2, 4):
-        for s in range(p):
-            for m in (1, 3, 8):
-                pos = np.concatenate([one_f_one_b_position(s, p, m, np.zeros(m), np.arange(m)),
-                                      one_f_one_b_position(s, p, m, np.ones(m), np.arange(m))])
-                assert sorted(pos.tolist()) == list(range(2 * m))
-                # each backward after its forward
-                assert np.all(pos[m:] > pos[:m])
 
 
 def test_ranks_skip_microbatches_they_are_not_in():
