@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dcpsim.cost_models import moe
 from dcpsim.cost_models.base import GroupBatch, GroupCosts
 from dcpsim.cost_models.calibration import Calibration, default_calibration
 from dcpsim.cost_models.flops import (
@@ -36,6 +37,7 @@ from dcpsim.cost_models.flops import (
     linear_fwd_flops_per_token,
     model_flops,
 )
+from dcpsim.cost_models.head import embedding_compute_s, ends_tp_comm_s, head_compute_s
 from dcpsim.cost_models.memory import memory_budget_tokens, model_state_bytes, peak_memory_bytes, stage_params
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.cost_models.terms import CostTerms
@@ -72,7 +74,7 @@ class AnalyticCostModel:
         tokens = groups.tokens()
         tpr = tokens / size
 
-        lin_f = self._linear_fwd_s(tpr)
+        lin_f = self._linear_fwd_s(tpr, stage)
 
         L = groups.seq_len.astype(np.float64)
         att_flops = attention_fwd_flops(L, m) / t / size[gid] * nl
@@ -88,20 +90,48 @@ class AnalyticCostModel:
         a2a = self._ulysses_time(tpr, u, inner_crosses)
         fixed_f, fixed_b = nl * cal.layer_overhead_fwd_s, nl * cal.layer_overhead_bwd_s
         tp_layer = self.tp_comm_layer_s(tpr)
+        end_f, end_b, end_tp_f, end_tp_b = self.ends_s(tpr, stage)
+        # MoE: EP dispatch/combine all-to-alls (cost_models.moe), reported with the CP communication.
+        ep_comm = moe.ep_comm_s(job, cal, tpr, stage, groups.first_rank) if m.is_moe else 0.0
         return GroupCosts(
-            fwd_compute_s=lin_f + att_f + fixed_f,
-            fwd_comm_s=(ring_f + a2a) * nl,
-            bwd_compute_s=LINEAR_BWD_FACTOR * lin_f + att_b + fixed_b,
-            bwd_comm_s=(ring_b + a2a) * nl,
-            fwd_tp_comm_s=tp_layer * nl,
-            bwd_tp_comm_s=tp_layer * nl,
+            fwd_compute_s=lin_f + att_f + fixed_f + end_f,
+            fwd_comm_s=(ring_f + a2a) * nl + ep_comm,
+            bwd_compute_s=LINEAR_BWD_FACTOR * lin_f + att_b + fixed_b + end_b,
+            bwd_comm_s=(ring_b + a2a) * nl + ep_comm,
+            fwd_tp_comm_s=tp_layer * nl + end_tp_f,
+            bwd_tp_comm_s=tp_layer * nl + end_tp_b,
         )
 
-    def _linear_fwd_s(self, tpr: np.ndarray) -> np.ndarray:
-        """Forward seconds of the stage's linear layers (QKV/O projections, SwiGLU MLP) for ``tpr`` tokens
-        per rank, on one GPU of the TP group. The one place the dense GEMMs are priced (MoE layers would
-        replace this helper)."""
+    def ends_s(self, tpr: np.ndarray, stage: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Forward and backward compute, and forward and backward TP communication (seconds), of the input
+        embedding at stage 0 and of the LM head and loss at stage p − 1 (cost_models.head), per group; zeros
+        elsewhere or with CostTerms.lm_head off."""
+        tpr = np.asarray(tpr, dtype=np.float64)
+        zero = np.zeros_like(tpr)
         job = self.job
+        first, last = stage == 0, stage == job.pp - 1
+        if not self.terms.lm_head or not (first or last):
+            return zero, zero, zero, zero
+        fwd, bwd = zero, zero
+        if first:
+            e_f, e_b = embedding_compute_s(job, tpr)
+            fwd, bwd = fwd + e_f, bwd + e_b
+        if last:
+            h_f, h_b = head_compute_s(job, self._cal, tpr)
+            fwd, bwd = fwd + h_f, bwd + h_b
+        if self.terms.tp_comm:
+            tp_f, tp_b = ends_tp_comm_s(job, self._cal, tpr, first, last)
+        else:
+            tp_f, tp_b = zero, zero
+        return fwd, bwd, tp_f, tp_b
+
+    def _linear_fwd_s(self, tpr: np.ndarray, stage: int = 0) -> np.ndarray:
+        """Forward seconds of the stage's linear layers (QKV/O projections, SwiGLU MLP) for ``tpr`` tokens
+        per rank, on one GPU of the TP group. The one place the GEMMs are priced; a MoE model's stage goes
+        through cost_models.moe (router, grouped expert GEMMs, shared expert; dense layers as here)."""
+        job = self.job
+        if job.model.is_moe:
+            return moe.linear_fwd_s(job, self._cal, tpr, stage)
         lin_flops = tpr * linear_fwd_flops_per_token(job.model) / job.tp * job.layers_per_stage
         return self._cal.gemm.seconds(lin_flops, tpr)
 
@@ -164,10 +194,13 @@ class AnalyticCostModel:
         """Reduce-scatter of bf16 gradients and all-gather of bf16 parameters over the pool (distributed
         optimizer), per GPU of the stage's TP shard."""
         job = self.job
-        nbytes = stage_params(job, stage) / job.tp * BF16_BYTES
+        experts = moe.stage_expert_params(job, stage) if job.model.is_moe else 0  # synced over EDP instead
+        nbytes = (stage_params(job, stage) - experts) / job.tp * BF16_BYTES
         link = "network" if bool(spans_nodes(job, stage, 0, job.pool)) else "nvlink"
         rs = self._cal.link("reduce_scatter", link).seconds("reduce_scatter", nbytes, job.pool)
         ag = self._cal.link("all_gather", link).seconds("all_gather", nbytes, job.pool)
+        if experts:
+            return float(rs + ag) + moe.grad_sync_expert_s(job, self._cal, stage, link)
         return float(rs + ag)
 
     def optimizer_s(self, stage: int) -> float:
@@ -177,10 +210,11 @@ class AnalyticCostModel:
         return float(shard * OPTIMIZER_BYTES_PER_PARAM / (job.gpu.hbm_bw_gbs * 1e9))
 
     def max_tokens_per_rank(self) -> int:
-        return memory_budget_tokens(self.job)
+        return memory_budget_tokens(self.job, self.terms)
 
-    def peak_memory_gb(self, max_tokens_in_flight: np.ndarray, stage: int) -> np.ndarray:
-        return peak_memory_bytes(self.job, stage, max_tokens_in_flight) / 1e9
+    def peak_memory_gb(self, max_tokens_in_flight: np.ndarray, stage: int, largest_tokens: np.ndarray | None = None,
+                       cp_tokens: np.ndarray | None = None) -> np.ndarray:
+        return peak_memory_bytes(self.job, stage, max_tokens_in_flight, largest_tokens, cp_tokens, self.terms) / 1e9
 
     def model_state_gb(self, stage: int) -> float:
         return model_state_bytes(self.job, stage) / 1e9

@@ -90,8 +90,11 @@ class CostModel(Protocol):
         """Per-rank token budget of one microbatch (from memory, unless the job overrides it)."""
         ...
 
-    def peak_memory_gb(self, max_tokens_in_flight: np.ndarray, stage: int) -> np.ndarray:
-        """Peak memory per rank given the tokens of its in-flight microbatches summed (10^9 bytes)."""
+    def peak_memory_gb(self, max_tokens_in_flight: np.ndarray, stage: int, largest_tokens: np.ndarray | None = None,
+                       cp_tokens: np.ndarray | None = None) -> np.ndarray:
+        """Peak memory per rank given the tokens of its in-flight microbatches summed, of its largest
+        microbatch and of its largest microbatch with CP degree > 1 (the last two: transient buffers;
+        ``None``: bounded by the first) (10^9 bytes)."""
         ...
 
     def model_flops(self, lengths: np.ndarray) -> float:

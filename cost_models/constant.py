@@ -39,7 +39,8 @@ class ConstantCostModel:
     def max_tokens_per_rank(self) -> int:
         return self.job.max_tokens_per_rank or self.budget_tokens
 
-    def peak_memory_gb(self, max_tokens_in_flight: np.ndarray, stage: int) -> np.ndarray:
+    def peak_memory_gb(self, max_tokens_in_flight: np.ndarray, stage: int, largest_tokens=None,
+                       cp_tokens=None) -> np.ndarray:
         return np.asarray(max_tokens_in_flight, dtype=np.float64) * 0.0
 
     def model_flops(self, lengths: np.ndarray) -> float:

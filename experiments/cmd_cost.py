@@ -25,6 +25,8 @@ import numpy as np
 from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_gpu, get_model
 from dcpsim.cost_models import flops as fl
 from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
+from dcpsim.cost_models.head import embedding_compute_s, head_compute_s
+from dcpsim.cost_models.terms import CostTerms
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.options import positive_int
 from dcpsim.experiments.report import format_table
@@ -102,10 +104,14 @@ def predict(args: argparse.Namespace) -> dict:
     one = GroupBatch(seq_len=np.array([L], dtype=np.int64), seq_group=np.array([0], dtype=np.int64),
                      size=np.array([c], dtype=np.int64), ulysses=np.array([u], dtype=np.int64),
                      first_rank=np.array([0], dtype=np.int64))
-    full = AnalyticCostModel(job, cal).group_costs(one)
+    layer = replace(CostTerms(), lm_head=False)  # one layer: the ends of the pipeline are reported apart
+    full = AnalyticCostModel(job, cal, layer).group_costs(one)
     kernels = replace(cal, layer_overhead_fwd_s=0.0, layer_overhead_bwd_s=0.0)
-    attn = AnalyticCostModel(job, replace(kernels, gemm=FREE)).group_costs(one)
-    lin = AnalyticCostModel(job, replace(kernels, attn_fwd=FREE, attn_bwd=FREE)).group_costs(one)
+    attn = AnalyticCostModel(job, replace(kernels, gemm=FREE), layer).group_costs(one)
+    lin = AnalyticCostModel(job, replace(kernels, attn_fwd=FREE, attn_bwd=FREE), layer).group_costs(one)
+    tpr = np.array([L / c])
+    emb_f, emb_b = embedding_compute_s(job, tpr)
+    head_f, head_b = head_compute_s(job, cal, tpr)
     att_f = float(fl.attention_fwd_flops(L, model)) / args.tp / c
     lin_f = L / c * fl.linear_fwd_flops_per_token(model) / args.tp
     names = {"ring": f"ring({c})", "ulysses": f"ulysses({c})", "hybrid": f"hybrid({u},{c // u})"}
@@ -121,6 +127,8 @@ def predict(args: argparse.Namespace) -> dict:
         "tp_comm_fwd_s": float(np.asarray(full.fwd_tp_comm_s).reshape(-1)[0]),
         "tp_comm_bwd_s": float(np.asarray(full.bwd_tp_comm_s).reshape(-1)[0]),
         "total_s": float(full.total_s[0]),
+        "embedding_fwd_s": float(emb_f[0]), "embedding_bwd_s": float(emb_b[0]),
+        "lm_head_loss_fwd_s": float(head_f[0]), "lm_head_loss_bwd_s": float(head_b[0]),
         "flops": {"attention_fwd": att_f, "attention_bwd": fl.ATTENTION_BWD_FACTOR * att_f,
                   "linear_fwd": lin_f, "linear_bwd": fl.LINEAR_BWD_FACTOR * lin_f},
     }
@@ -147,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
             ["TP comm (exposed)", ms(r["tp_comm_fwd_s"]), ms(r["tp_comm_bwd_s"]), "", ""]]
     fwd = (r["attention_fwd_s"] + r["linear_fwd_s"] + r["overhead_fwd_s"] + r["cp_comm_fwd_s"]
            + r["tp_comm_fwd_s"])
-    rows.append(["total", ms(fwd), ms(r["total_s"] - fwd), "", ""])
+    rows.append(["total (one layer)", ms(fwd), ms(r["total_s"] - fwd), "", ""])
+    rows.append(["first stage: embedding", ms(r["embedding_fwd_s"]), ms(r["embedding_bwd_s"]), "", ""])
+    rows.append(["last stage: LM head + loss", ms(r["lm_head_loss_fwd_s"]), ms(r["lm_head_loss_bwd_s"]), "", ""])
     print(format_table(rows, ["term", "fwd ms", "bwd ms", "fwd TFLOP/s", "bwd TFLOP/s"]))
     return 0

@@ -79,6 +79,17 @@ def build_timeline(fp: FlatPlan, ot: OpTimes) -> Timeline:
     return Timeline(cols, p, W)
 
 
+def largest_microbatch_tokens(fp: FlatPlan) -> tuple[np.ndarray, np.ndarray]:
+    """[W] each rank's largest tokens in one microbatch, and in one microbatch whose group has CP degree > 1
+    (0 if none): what its transient buffers are sized by (cost_models.memory)."""
+    largest, cp = np.zeros(fp.pool), np.zeros(fp.pool)
+    if fp.num_groups:
+        tpr = fp.groups.tokens_per_rank()[fp.member_group]
+        np.maximum.at(largest, fp.member_rank, tpr)
+        np.maximum.at(cp, fp.member_rank, np.where(fp.groups.size[fp.member_group] > 1, tpr, 0.0))
+    return largest, cp
+
+
 def peak_tokens_in_flight(fp: FlatPlan, p: int) -> np.ndarray:
     """[p, W] largest sum of tokens of microbatches whose activations a rank holds at once (1F1B order)."""
     W, m = fp.pool, fp.num_microbatches
@@ -117,7 +128,8 @@ def simulate_plan(plan: Plan, batch: GlobalBatch, cost_model: CostModel, *, num_
     ot = execute(fp, cost_model, p, slowdown)
     tl = build_timeline(fp, ot)
     peak_tok = peak_tokens_in_flight(fp, p)
-    peak_gb = max(float(np.max(cost_model.peak_memory_gb(peak_tok[s], s))) for s in range(p))
+    largest, cp_largest = largest_microbatch_tokens(fp)
+    peak_gb = max(float(np.max(cost_model.peak_memory_gb(peak_tok[s], s, largest, cp_largest))) for s in range(p))
     lengths = np.asarray(batch.lengths)
     metrics = compute_metrics(
         tl, tokens=int(lengths.sum()), model_flops=cost_model.model_flops(lengths), num_gpus=job.num_gpus,

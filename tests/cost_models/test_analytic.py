@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dcpsim.cost_models import AnalyticCostModel, GroupBatch, JobSpec, get_gpu, get_model
+from dcpsim.cost_models import AnalyticCostModel, CostTerms, GroupBatch, JobSpec, get_gpu, get_model
 from dcpsim.cost_models.calibration import published_calibration
 from dcpsim.cost_models.errors import InfeasibleError, SpecError
 from dcpsim.cost_models.flops import attention_fwd_flops, linear_fwd_flops_per_token
@@ -32,7 +32,7 @@ def test_doubling_length_quadruples_attention_and_doubles_linear():
     from dataclasses import replace
     flat = replace(cal, attn_fwd=replace(cal.attn_fwd, half=1e-9), attn_bwd=replace(cal.attn_bwd, half=1e-9),
                    gemm=replace(cal.gemm, half=1e-9))
-    cm = AnalyticCostModel(job, flat)
+    cm = AnalyticCostModel(job, flat, CostTerms.legacy())  # layers only: no LM head, no fixed costs
     m = job.model
     for c in (1, 4):
         a1, a2 = (cm.group_costs(one_group(L, c)) for L in (16384, 32768))
