@@ -110,16 +110,16 @@ def report_text(report: FitReport) -> str:
 def write_plot(profile: pd.DataFrame, cal: Calibration, report: FitReport, path: str) -> None:
     """Measured points against fitted curves: attention (and GEMM) TFLOP/s against size; collectives' bus
     bandwidth against bytes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     compute_ops = COMPUTE_OPS
     has = {"attention": profile["op"].isin(ATTENTION_OPS).any(), "gemm": (profile["op"] == "gemm").any(),
            "collectives": (~profile["op"].isin(compute_ops)).any()}
     panels = [p for p in ("attention", "gemm", "collectives") if has[p]]
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(6.5 * max(len(panels), 1), 4.8), squeeze=False)
+    fig = Figure(figsize=(6.5 * max(len(panels), 1), 4.8))  # object API: the global backend is left alone
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, max(len(panels), 1), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         if panel == "attention":
             _plot_attention(ax, profile, cal, report)
@@ -138,8 +138,6 @@ def write_plot(profile: pd.DataFrame, cal: Calibration, report: FitReport, path:
         fig.savefig(path, dpi=110)
     except OSError as e:
         raise CalibrationError(f"cannot write plot {path}: {e.strerror}") from None
-    finally:
-        plt.close(fig)
 
 
 def _plot_attention(ax, profile: pd.DataFrame, cal: Calibration, report: FitReport) -> None:

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     batches = sc.batches()
     summaries = []
     for spec in specs:
-        bar = Progress(spec.label, len(batches), enabled=not args.no_progress)
+        bar = Progress(spec.label, len(batches), enabled=not (args.no_progress or args.json))
         pr = run_policy(spec, batches, cost_model, sc.policy_options, progress=bar)
         summaries.append(pr.summary(timings=True))
         warn = memory_warning(summaries[-1], pr.gpu_memory_gib)

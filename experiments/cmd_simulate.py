@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     cost_model = sc.cost_model()
     batches = sc.batches()
     pr = run_policy(spec, batches, cost_model, sc.policy_options,
-                    progress=Progress(spec.label, len(batches), enabled=not args.no_progress))
+                    progress=Progress(spec.label, len(batches), enabled=not (args.no_progress or args.json)))
     summary = pr.summary(timings=True)
     warn = memory_warning(summary, pr.gpu_memory_gib)
     if warn:

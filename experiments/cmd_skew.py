@@ -59,11 +59,9 @@ def run(args: argparse.Namespace) -> int:
                      f"{x.compute_s.max() * 1e3:.1f}", f"{x.compute_s.max() / max(x.compute_s.min(), 1e-12):.2f}"]
                     for k, x in g]
             print(format_table(rows, ["mb", "tokens min", "tokens max", "ms min", "ms max", "skew"]))
-    from dcpsim.experiments.figures.common import plt
     from dcpsim.experiments.figures.skew import plot
 
     fig = plot(pd.concat(frames, ignore_index=True), sc)
     fig.savefig(args.output, dpi=130)
-    plt.close(fig)
     print(f"wrote {args.output}")
     return 0

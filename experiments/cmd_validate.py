@@ -318,12 +318,12 @@ def print_report(doc: dict[str, Any]) -> None:
 
 def write_plot(results: dict[str, Any], path: str) -> None:
     """Two panels, log-log: rank-microbatch compute and microbatch / iteration times, predicted vs measured."""
-    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    fig = Figure(figsize=(11, 4.6))  # object API: the global backend is left alone
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2)
     lo, hi = np.inf, 0.0
     for i, (label, r) in enumerate(results.items()):
         color = f"C{i % 10}"
@@ -347,4 +347,3 @@ def write_plot(results: dict[str, Any], path: str) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)

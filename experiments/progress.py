@@ -1,30 +1,43 @@
-"""A minimal progress bar on stderr (redrawn in place on a terminal, one line per step elsewhere)."""
+"""A progress bar on stderr: a thin wrapper over tqdm, drawn only on a terminal.
+
+``Progress(label, total)`` is called with the number of steps done so far (``bar(3)``); it draws nothing when
+disabled (``--no-progress``, ``--json``), when there is a single step, or when the stream is not a terminal
+(a pipe, a file, a CI log), so redirected output carries no progress noise. tqdm is imported on the first
+drawn step, so commands that never draw do not pay for it.
+"""
 
 from __future__ import annotations
 
 import sys
-import time
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class Progress:
+    """Progress of ``total`` steps named ``label``, redrawn in place on ``stream`` (default: stderr)."""
+
     def __init__(self, label: str, total: int, stream: TextIO | None = None, enabled: bool = True) -> None:
         self.label, self.total = label, total
-        self.stream = stream or sys.stderr
-        self.enabled = enabled and total > 1
-        self.t0 = time.perf_counter()
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.stream = stream if stream is not None else sys.stderr
+        isatty = getattr(self.stream, "isatty", None)
+        self.tty = bool(isatty and isatty())
+        self.enabled = enabled and total > 1 and self.tty
+        self._bar: Any = None
 
     def __call__(self, done: int) -> None:
         if not self.enabled:
             return
-        width = 24
-        fill = int(width * done / self.total)
-        el = time.perf_counter() - self.t0
-        eta = el / done * (self.total - done) if done else 0.0
-        line = f"{self.label:<14} [{'#' * fill}{'.' * (width - fill)}] {done}/{self.total}  {el:5.1f}s  eta {eta:4.1f}s"
-        if self.tty:
-            self.stream.write("\r" + line + ("\n" if done == self.total else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, desc=self.label, file=self.stream, leave=True, dynamic_ncols=True,
+                             unit="step")
+        self._bar.update(done - self._bar.n)
+        if done >= self.total:
+            self.close()
+
+    def close(self) -> None:
+        """End the bar (its last state stays on screen); calling it again, or on a disabled bar, does nothing."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+            self.enabled = False

@@ -11,7 +11,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dcpsim.experiments.figures.common import FigureContext, metrics_row, plt, policy_colour, save_figure
+from dcpsim.experiments.figures.common import (
+    Figure,
+    FigureContext,
+    metrics_row,
+    new_figure,
+    policy_colour,
+    save_figure,
+)
 from dcpsim.experiments.scenario import Scenario
 
 KEY = "b"
@@ -31,10 +38,11 @@ def collect(ctx: FigureContext, scenarios: list[Scenario]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(df: pd.DataFrame) -> plt.Figure:
+def plot(df: pd.DataFrame) -> Figure:
     scenarios = list(dict.fromkeys(df.scenario))
     policies = list(dict.fromkeys(df.policy))
-    fig, ax = plt.subplots(figsize=(2.3 * len(scenarios) + 2.5, 4.6))
+    fig = new_figure(figsize=(2.3 * len(scenarios) + 2.5, 4.6))
+    ax = fig.subplots()
     x = np.arange(len(scenarios))
     width = 0.8 / len(policies)
     for i, pol in enumerate(policies):

@@ -14,11 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from dcpsim.experiments.runner import PolicySpec, parse_policy_specs, run_policy
 from dcpsim.experiments.scenario import Scenario
@@ -106,16 +104,23 @@ def metrics_row(res: IterationResult | None, num_gpus: int) -> dict[str, Any]:
     return {k: m[k] for k in keys} | {"ok": True}
 
 
-def save_figure(ctx: FigureContext, fig: plt.Figure, stem: str, data: pd.DataFrame) -> list[Path]:
+def save_figure(ctx: FigureContext, fig: Figure, stem: str, data: pd.DataFrame) -> list[Path]:
     """Write ``stem``.png, ``stem``.pdf and ``stem``.csv (the data behind the figure) into the output dir."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     paths = [ctx.out_dir / f"{stem}.{ext}" for ext in ("png", "pdf", "csv")]
     fig.savefig(paths[0], dpi=150, bbox_inches="tight")
     fig.savefig(paths[1], bbox_inches="tight")
-    plt.close(fig)
     data.to_csv(paths[2], index=False)
     ctx.log(f"wrote {', '.join(str(p) for p in paths)}")
     return paths
+
+
+def new_figure(**kwargs: Any) -> Figure:
+    """A figure drawn by the Agg canvas, through matplotlib's object API: no pyplot state, and the global
+    backend of the importing program is left alone (``kwargs`` go to :class:`matplotlib.figure.Figure`)."""
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def human_tokens(n: int) -> str:

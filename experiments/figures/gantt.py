@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dcpsim.experiments.figures.common import FigureContext, plt, save_figure
+from dcpsim.experiments.figures.common import Figure, FigureContext, new_figure, save_figure
 from dcpsim.experiments.scenario import Scenario
 
 KEY = "e"
@@ -96,14 +96,15 @@ def _panel(ax, d: pd.DataFrame, pp: int, ranks: int) -> None:
     ax.grid(axis="x", alpha=0.3)
 
 
-def plot(df: pd.DataFrame, sc: Scenario) -> plt.Figure:
+def plot(df: pd.DataFrame, sc: Scenario) -> Figure:
     policies = list(dict.fromkeys(df.policy)) or ["(none)"]
     shown = sorted(df["rank"].unique()) if len(df) else [0]
     ranks = len(shown)
     pp = sc.pp
     height = max(1.6, 0.085 * pp * ranks + 0.9)
     total = height * len(policies) + 1.0
-    fig, axes = plt.subplots(len(policies), 1, figsize=(12, total), sharex=True, squeeze=False)
+    fig = new_figure(figsize=(12, total))
+    axes = fig.subplots(len(policies), 1, sharex=True, squeeze=False)
     tmax = float(df.iteration_time_s.max()) if len(df) else 1.0
     for ax, pol in zip(axes[:, 0], policies):
         d = df[df.policy == pol]

@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 
 from dcpsim.experiments.figures.common import (
+    Figure,
     FigureContext,
     baseline_of,
     human_tokens,
     metrics_row,
-    plt,
+    new_figure,
     policy_colour,
     save_figure,
 )
@@ -53,11 +54,12 @@ def collect(ctx: FigureContext, base: Scenario) -> pd.DataFrame:
     return df
 
 
-def plot(df: pd.DataFrame, base: Scenario) -> plt.Figure:
+def plot(df: pd.DataFrame, base: Scenario) -> Figure:
     policies = list(dict.fromkeys(df.policy))
     base_label = str(df.baseline.iloc[0])
     gpus = sorted(df[df.ok].num_gpus.unique()) or sorted(df.num_gpus.unique())
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.3))
+    fig = new_figure(figsize=(11, 4.3))
+    ax, ax2 = fig.subplots(1, 2)
     for pol in policies:
         d = df[df.policy == pol].sort_values("num_gpus")
         colour = policy_colour(pol, policies)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from dcpsim.experiments.figures.common import FigureContext, plt, policy_colour, save_figure
+from dcpsim.experiments.figures.common import Figure, FigureContext, new_figure, policy_colour, save_figure
 from dcpsim.experiments.runner import PolicySpec, build_policy
 from dcpsim.experiments.scenario import Scenario
 
@@ -92,9 +92,10 @@ def collect(ctx: FigureContext, base: Scenario) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(df: pd.DataFrame, base: Scenario) -> plt.Figure:
+def plot(df: pd.DataFrame, base: Scenario) -> Figure:
     policies = list(dict.fromkeys(df.policy))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig = new_figure(figsize=(10, 4.2))
+    axes = fig.subplots(1, 2)
     for ax, sweep, xcol, xlabel in ((axes[0], "n", "n", "sequences in the global batch, n"),
                                     (axes[1], "W", "W", "pool size W (ranks per stage)")):
         d = df[df.sweep == sweep]

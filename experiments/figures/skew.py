@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dcpsim.experiments.figures.common import FigureContext, plt, policy_colour, save_figure
+from dcpsim.experiments.figures.common import Figure, FigureContext, new_figure, policy_colour, save_figure
 from dcpsim.experiments.scenario import Scenario
 from dcpsim.sim.metrics import equal_tokens_time_ratio, rank_microbatch_table
 
@@ -38,10 +38,10 @@ def collect(ctx: FigureContext, sc: Scenario) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
 
-def plot(df: pd.DataFrame, sc: Scenario) -> plt.Figure:
+def plot(df: pd.DataFrame, sc: Scenario) -> Figure:
     policies = list(dict.fromkeys(df.policy)) or ["(none)"]
-    fig, axes = plt.subplots(1, len(policies), figsize=(4.4 * len(policies) + 0.8, 4.6), sharex=True,
-                             sharey=True, squeeze=False, layout="constrained")
+    fig = new_figure(figsize=(4.4 * len(policies) + 0.8, 4.6), layout="constrained")
+    axes = fig.subplots(1, len(policies), sharex=True, sharey=True, squeeze=False)
     for ax, pol in zip(axes[0], policies):
         d = df[df.policy == pol]
         if len(d):

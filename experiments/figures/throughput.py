@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 
 from dcpsim.experiments.figures.common import (
+    Figure,
     FigureContext,
     baseline_of,
     human_tokens,
     metrics_row,
-    plt,
+    new_figure,
     policy_colour,
     save_figure,
 )
@@ -56,12 +57,13 @@ def collect(ctx: FigureContext, base: Scenario) -> pd.DataFrame:
     return df
 
 
-def plot(df: pd.DataFrame, base: Scenario) -> plt.Figure:
+def plot(df: pd.DataFrame, base: Scenario) -> Figure:
     policies = list(dict.fromkeys(df.policy))
     contexts = sorted(df.context_len.unique())
     base_label = baseline_of(policies)
     speed_col = "speedup_vs_" + base_label.replace("-", "_")
-    fig, ax = plt.subplots(figsize=(1.9 * len(contexts) + 2.5, 4.6))
+    fig = new_figure(figsize=(1.9 * len(contexts) + 2.5, 4.6))
+    ax = fig.subplots()
     x = np.arange(len(contexts))
     width = 0.8 / len(policies)
     top = np.nanmax(df.tokens_per_s_per_gpu.to_numpy()) if df.ok.any() else 1.0
