@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dcpsim.cost_models import moe
 from dcpsim.cost_models.base import GroupBatch, GroupCosts
 from dcpsim.cost_models.calibration import Calibration, default_calibration
 from dcpsim.cost_models.flops import (
@@ -91,13 +90,11 @@ class AnalyticCostModel:
         fixed_f, fixed_b = nl * cal.layer_overhead_fwd_s, nl * cal.layer_overhead_bwd_s
         tp_layer = self.tp_comm_layer_s(tpr)
         end_f, end_b, end_tp_f, end_tp_b = self.ends_s(tpr, stage)
-        # MoE: EP dispatch/combine all-to-alls (cost_models.moe), reported with the CP communication.
-        ep_comm = moe.ep_comm_s(job, cal, tpr, stage, groups.first_rank) if m.is_moe else 0.0
         return GroupCosts(
             fwd_compute_s=lin_f + att_f + fixed_f + end_f,
-            fwd_comm_s=(ring_f + a2a) * nl + ep_comm,
+            fwd_comm_s=(ring_f + a2a) * nl,
             bwd_compute_s=LINEAR_BWD_FACTOR * lin_f + att_b + fixed_b + end_b,
-            bwd_comm_s=(ring_b + a2a) * nl + ep_comm,
+            bwd_comm_s=(ring_b + a2a) * nl,
             fwd_tp_comm_s=tp_layer * nl + end_tp_f,
             bwd_tp_comm_s=tp_layer * nl + end_tp_b,
         )
@@ -127,11 +124,9 @@ class AnalyticCostModel:
 
     def _linear_fwd_s(self, tpr: np.ndarray, stage: int = 0) -> np.ndarray:
         """Forward seconds of the stage's linear layers (QKV/O projections, SwiGLU MLP) for ``tpr`` tokens
-        per rank, on one GPU of the TP group. The one place the GEMMs are priced; a MoE model's stage goes
-        through cost_models.moe (router, grouped expert GEMMs, shared expert; dense layers as here)."""
+        per rank, on one GPU of the TP group. The one place the dense GEMMs are priced (MoE layers would
+        replace this helper)."""
         job = self.job
-        if job.model.is_moe:
-            return moe.linear_fwd_s(job, self._cal, tpr, stage)
         lin_flops = tpr * linear_fwd_flops_per_token(job.model) / job.tp * job.layers_per_stage
         return self._cal.gemm.seconds(lin_flops, tpr)
 
@@ -194,13 +189,10 @@ class AnalyticCostModel:
         """Reduce-scatter of bf16 gradients and all-gather of bf16 parameters over the pool (distributed
         optimizer), per GPU of the stage's TP shard."""
         job = self.job
-        experts = moe.stage_expert_params(job, stage) if job.model.is_moe else 0  # synced over EDP instead
-        nbytes = (stage_params(job, stage) - experts) / job.tp * BF16_BYTES
+        nbytes = stage_params(job, stage) / job.tp * BF16_BYTES
         link = "network" if bool(spans_nodes(job, stage, 0, job.pool)) else "nvlink"
         rs = self._cal.link("reduce_scatter", link).seconds("reduce_scatter", nbytes, job.pool)
         ag = self._cal.link("all_gather", link).seconds("all_gather", nbytes, job.pool)
-        if experts:
-            return float(rs + ag) + moe.grad_sync_expert_s(job, self._cal, stage, link)
         return float(rs + ag)
 
     def optimizer_s(self, stage: int) -> float:
