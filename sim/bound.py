@@ -1,0 +1,165 @@
+"""A policy-independent lower bound on one simulated iteration (docs/bound.md proves every term).
+
+No valid plan of a batch, whatever policy made it, finishes an iteration of :func:`sim.simulate.simulate_plan`
+(without stragglers) faster than :func:`iteration_bound`. It prices sequences with the cost model's own
+``group_costs``, over every CP degree and Ulysses degree the plan validator allows, and takes the largest of:
+
+* **work** (per stage s): the busiest rank of s is busy at least the pool's mean, and the mean is at least
+  (Σ over sequences of their least rank-work + the fixed per-group work of the fewest rank-slots memory
+  allows) / W; before its first operation the stage waits for the cheapest possible forwards of stages < s
+  (fill); after its last one it needs its own gradient sync and optimizer step, or the cheapest backwards of
+  stages < s and stage 0's sync (drain);
+* **critical chain**: every sequence's group runs its forward through stages 0..p−1 and its backward back
+  to 0, with the PP transfers between, then stage 0 syncs: the longest such chain over the sequences, each at
+  its best degree and engine.
+
+Valid for any cost model whose *compute* is, per group of degree c with Ulysses degree u, a sum of
+non-negative per-sequence terms (depending on L, c, u, the stage only) plus a group term that is at least an
+empty group's compute; communication enters only as ≥ 0, PP transfers only as non-decreasing in tokens.
+Both shipped models are such (docs/bound.md); ``tests/sim/test_bound_properties.py`` checks the bound
+against random valid plans and every policy.
+
+It lives in ``sim`` because it is a statement about the simulator's semantics (1F1B dependencies, the sync
+after a stage's last operation); it needs only the cost model and the batch's lengths, so it imports
+``cost_models`` and nothing above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dcpsim.cost_models.base import CostModel, GroupBatch
+from dcpsim.cost_models.errors import InfeasibleError
+
+MEMORY_SLACK = 1e-9  # the plan validator's relative tolerance on the per-rank token budget
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The bound and its terms (seconds)."""
+
+    bound_s: float
+    work_s: float  # max over stages of fill + mean rank-work + drain
+    work_stage: int  # the stage attaining work_s
+    chain_s: float  # the longest single-sequence chain through all stages, plus stage 0's sync
+    chain_seq: int  # position (in the batch) of the sequence attaining chain_s; −1 for an empty batch
+    sync_s: float  # max over stages of gradient sync + optimizer step
+    memory_budget: float | None  # per-rank tokens assumed (None: no memory constraint)
+
+    def to_dict(self) -> dict:
+        return {"bound_s": self.bound_s, "work_s": self.work_s, "work_stage": self.work_stage,
+                "chain_s": self.chain_s, "chain_seq": self.chain_seq, "sync_s": self.sync_s,
+                "memory_budget": self.memory_budget}
+
+
+def ulysses_options(job) -> list[int]:
+    """Every Ulysses degree u the validator accepts: u divides both the KV heads and the heads per rank."""
+    kv, h = int(job.kv_heads_per_rank), int(job.heads_per_rank)
+    return [u for u in range(1, max(kv, 1) + 1) if kv % u == 0 and h % u == 0]
+
+
+def _compute(cost_model: CostModel, stage: int, lengths: np.ndarray, size: np.ndarray, u: np.ndarray,
+             empty: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank forward and backward compute of singleton groups (or empty groups when ``empty``)."""
+    G = len(size)
+    if empty:
+        seq_len, seq_group = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    else:
+        seq_len, seq_group = lengths.astype(np.int64), np.arange(G, dtype=np.int64)
+    gb = GroupBatch(seq_len=seq_len, seq_group=seq_group, size=size.astype(np.int64), ulysses=u.astype(np.int64),
+                    first_rank=np.zeros(G, dtype=np.int64))
+    c = cost_model.group_costs(gb, stage)
+    f = np.broadcast_to(np.asarray(c.fwd_compute_s, dtype=np.float64), (G,))
+    b = np.broadcast_to(np.asarray(c.bwd_compute_s, dtype=np.float64), (G,))
+    return f, b
+
+
+def _options(pool: int, us: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """All (degree c, Ulysses u) pairs with u | c ≤ pool."""
+    cs, uu = [], []
+    for u in us:
+        c = np.arange(u, pool + 1, u)
+        cs.append(c)
+        uu.append(np.full(len(c), u))
+    return np.concatenate(cs), np.concatenate(uu)
+
+
+def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: int | None = None,
+                    max_tokens_per_rank: float | None = -1.0) -> Bound:
+    """A lower bound on the iteration time of any valid plan of a batch of ``lengths``.
+
+    ``max_tokens_per_rank``: the per-rank budget every plan honours (default: ``cost_model.max_tokens_per_rank()``;
+    None: plans that ignore memory, so every degree from 1 is allowed).
+    """
+    job = cost_model.job
+    p = int(num_stages or job.pp)
+    W = int(job.pool)
+    M = cost_model.max_tokens_per_rank() if max_tokens_per_rank == -1.0 else max_tokens_per_rank
+    L = np.asarray(lengths, dtype=np.int64)
+    uniq, inverse = np.unique(L, return_inverse=True)
+    cand_c, cand_u = _options(W, ulysses_options(job))
+    n_u, n_o = len(uniq), len(cand_c)
+    # Every (length, option) pair: rank-work and per-rank times per stage, for the options memory allows.
+    Lr = np.repeat(uniq, n_o)
+    cr, ur = np.tile(cand_c, n_u), np.tile(cand_u, n_u)
+    ok = np.ones(len(Lr), dtype=bool) if M is None else Lr <= cr * M * (1 + MEMORY_SLACK)
+    Lr, cr, ur = Lr[ok], cr[ok], ur[ok]
+    which = np.repeat(np.arange(n_u), n_o)[ok]
+    if M is not None and n_u and uniq[-1] > W * M * (1 + MEMORY_SLACK):
+        i = int(np.flatnonzero(L == uniq[-1])[0])
+        raise InfeasibleError(f"the sequence at position {i} has {int(uniq[-1])} tokens, more than the pool of {W} "
+                              f"ranks holds at {M} tokens per rank: no valid plan exists, so no bound")
+    eps_f, eps_b, empty_f, empty_b, fwd, bwd = [], [], [], [], [], []
+    for s in range(p):
+        f, b = _compute(cost_model, s, Lr, cr, ur)
+        fwd.append(f)
+        bwd.append(b)
+        ef, eb = _compute(cost_model, s, np.ones(len(cand_c), dtype=np.int64), cand_c, cand_u)
+        eps_f.append(ef)
+        eps_b.append(eb)
+        zf, zb = _compute(cost_model, s, np.zeros(0), cand_c, cand_u, empty=True)
+        empty_f.append(zf)
+        empty_b.append(zb)
+    # index of each (length, option) row's option, to subtract that option's 1-token probe
+    opt_index = np.tile(np.arange(n_o), n_u)[ok]
+
+    sync = np.array([cost_model.grad_sync_s(s) + cost_model.optimizer_s(s) for s in range(p)])
+    zero_xfer = [float(np.min(cost_model.pp_transfer_s(np.zeros(1), s))) for s in range(p - 1)]
+    # Cheapest per-rank forward / backward of any group at each stage (an empty group's compute).
+    min_f = np.array([float(np.min(empty_f[s])) for s in range(p)])
+    min_b = np.array([float(np.min(empty_b[s])) for s in range(p)])
+
+    work, work_stage = 0.0, 0
+    total_tokens = float(L.sum())
+    for s in range(p):
+        # Least rank-work of each sequence: c × (its singleton compute − the 1-token probe of the option).
+        rw = cr * ((fwd[s] + bwd[s]) - (eps_f[s] + eps_b[s])[opt_index])
+        least = np.full(n_u, np.inf)
+        np.minimum.at(least, which, rw)
+        per_seq = np.maximum(least, 0.0)[inverse].sum() if len(L) else 0.0
+        # Fixed work: every group costs at least an empty group's compute; rank-slots ≥ Σ L / M.
+        slots = total_tokens / (M * (1 + MEMORY_SLACK)) if M is not None and len(L) else (1.0 if len(L) else 0.0)
+        fixed_per_slot = float(np.min((empty_f[s] + empty_b[s]))) if len(cand_c) else 0.0
+        mean_busy = (per_seq + slots * fixed_per_slot) / W
+        fill = float(min_f[:s].sum() + sum(zero_xfer[:s]))
+        drain = max(float(sync[s]), float(min_b[:s].sum() + sum(zero_xfer[:s]) + sync[0]))
+        cand = fill + mean_busy + drain if len(L) else float(sync.max())
+        if cand > work:
+            work, work_stage = cand, s
+
+    chain, chain_seq = 0.0, -1
+    if len(L):
+        tot = np.zeros(len(Lr))
+        for s in range(p):
+            tot += fwd[s] + bwd[s]
+            if s < p - 1:
+                tot += 2.0 * np.asarray(cost_model.pp_transfer_s(Lr / cr, s), dtype=np.float64)
+        best = np.full(n_u, np.inf)
+        np.minimum.at(best, which, tot)
+        k = int(np.argmax(best))
+        chain = float(best[k] + sync[0])
+        chain_seq = int(np.flatnonzero(L == uniq[k])[0])
+    sync_max = float(sync.max())
+    return Bound(float(max(work, chain, sync_max)), float(work), work_stage, chain, chain_seq, sync_max, M)

@@ -1,0 +1,68 @@
+"""sim.bound: hand calculations on the constant cost model, where the bound's terms have closed forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dcpsim.cost_models import ConstantCostModel
+from dcpsim.cost_models.errors import InfeasibleError
+from dcpsim.policies.plan import CPGroup, Engine, make_plan
+from dcpsim.sim.bound import iteration_bound
+from dcpsim.sim.simulate import simulate_plan
+from dcpsim.traces.batching import GlobalBatch
+from tests.conftest import small_job
+
+F = 1e-6  # seconds per token per rank, forward; backward 2x
+
+
+def _cm(pp=1, pool=2, **kw):
+    return ConstantCostModel(small_job(pp=pp, pool=pool, max_tokens_per_rank=1000), fwd_s_per_token=F, **kw)
+
+
+def test_work_term_two_equal_sequences_two_ranks() -> None:
+    # Σ over sequences of (alone − 1-token probe) rank-work = 2 · 3F(L − 1), over W = 2 ranks, + sync 0.01.
+    cm = _cm(grad_sync=0.01)
+    L = 800
+    b = iteration_bound(np.array([L, L]), cm)
+    assert b.work_s == pytest.approx(3 * F * (L - 1) + 0.01, rel=1e-12)
+    assert b.chain_s == pytest.approx(3 * F * L / 2 + 0.01, rel=1e-12)  # best degree 2 halves the chain
+    assert b.bound_s == b.work_s
+    # The plan that runs each sequence alone on one rank takes 3FL + sync: within L/(L−1) of the bound.
+    plan = make_plan("hand", 2, [[CPGroup((0,), (0,), Engine()), CPGroup((1,), (1,), Engine())]])
+    T = simulate_plan(plan, GlobalBatch.of([L, L]), cm).metrics.iteration_time_s
+    assert T == pytest.approx(3 * F * L + 0.01, rel=1e-12)
+    assert T >= b.bound_s
+
+
+def test_chain_is_exact_for_one_sequence_through_two_stages() -> None:
+    # p = 2, one rank: F0 + x + F1 + B1 + x + B0 + sync, each stage F·L forward, 2F·L backward.
+    cm = _cm(pp=2, pool=1, pp_s=1e-4, grad_sync=0.02)
+    L = 500
+    b = iteration_bound(np.array([L]), cm)
+    want = 2 * 3 * F * L + 2 * 1e-4 + 0.02
+    assert b.chain_s == pytest.approx(want, rel=1e-12)
+    assert b.bound_s == pytest.approx(want, rel=1e-12)
+    plan = make_plan("hand", 1, [[CPGroup((0,), (0,), Engine())]])
+    T = simulate_plan(plan, GlobalBatch.of([L]), cm).metrics.iteration_time_s
+    assert T == pytest.approx(want, rel=1e-12)  # the bound is attained
+
+
+def test_fill_and_drain_of_the_work_term() -> None:
+    # p = 2: stage 1's busy time waits for one transfer (fill) and is followed by one transfer and stage 0's
+    # sync (drain): work = x + 3F Σ(L − 1)/W + x + sync.
+    cm = _cm(pp=2, pool=1, pp_s=1e-3, grad_sync=0.0)
+    lens = np.array([100, 200, 300])
+    b = iteration_bound(lens, cm)
+    assert b.work_stage == 1
+    assert b.work_s == pytest.approx(2e-3 + 3 * F * (lens - 1).sum(), rel=1e-12)
+
+
+def test_memory_floor_raises_degrees_and_infeasible_is_one_error() -> None:
+    cm = _cm(pool=4)
+    # L = 3000 > M = 1000 needs c ≥ 3: the chain is 3F·3000/c at the best c = 4.
+    assert iteration_bound(np.array([3000]), cm).chain_s == pytest.approx(3 * F * 3000 / 4, rel=1e-12)
+    with pytest.raises(InfeasibleError, match="position 1 has 5000 tokens, more than the pool of 4 ranks"):
+        iteration_bound(np.array([10, 5000]), cm)
+    # Without a memory constraint the same batch has a bound (degree 1 allowed).
+    assert iteration_bound(np.array([10, 5000]), cm, max_tokens_per_rank=None).bound_s > 0

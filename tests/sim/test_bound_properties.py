@@ -1,0 +1,151 @@
+"""Property tests of sim.bound: on random batches, layouts and cost models, no random valid plan and no
+registered policy's plan finishes a simulated iteration faster than ``iteration_bound``; and the compute
+decomposition the bound's proof assumes (docs/bound.md, assumption C) holds for the shipped cost models."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
+from dcpsim.cost_models.base import GroupBatch
+from dcpsim.cost_models.terms import CostTerms
+from dcpsim.policies import PolicyError, available_policies, create_policy, validate_plan
+from dcpsim.policies.plan import CPGroup, Engine, make_plan
+from dcpsim.sim.bound import iteration_bound, ulysses_options
+from dcpsim.sim.simulate import simulate_plan
+from dcpsim.traces.batching import GlobalBatch
+
+REL = 1e-9  # float rounding of the simulator's sums
+
+
+@st.composite
+def layouts(draw):
+    model = draw(st.sampled_from(["llama3-8b", "tiny", "tiny", "qwen3-30b-a3b"]))
+    m = get_model(model)
+    pp = draw(st.sampled_from([q for q in (1, 2, 4) if m.layers % q == 0]))
+    tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if m.kv_heads % t == 0 or t <= m.kv_heads]))
+    pool = draw(st.integers(1, 12))
+    ep = 1
+    if model == "qwen3-30b-a3b":
+        ep = draw(st.sampled_from([e for e in (1, 2, 4) if pool % e == 0]))
+    budget = draw(st.integers(64, 16384))
+    job = JobSpec(m, get_gpu(draw(st.sampled_from(["h100", "h200"]))), tp=tp, pp=pp, pool=pool,
+                  ep=ep, max_tokens_per_rank=budget, context_len=max(budget, 1024))
+    kind = draw(st.sampled_from(["all", "legacy", "constant"]))
+    if kind == "constant":
+        cm = ConstantCostModel(job, fwd_s_per_token=draw(st.sampled_from([1e-7, 1e-6])),
+                               pp_s=draw(st.sampled_from([0.0, 1e-4])), grad_sync=draw(st.sampled_from([0.0, 0.01])),
+                               optimizer=draw(st.sampled_from([0.0, 1e-3])))
+    else:
+        cm = AnalyticCostModel(job, terms=CostTerms() if kind == "all" else CostTerms.legacy())
+    return job, cm
+
+
+def random_plan(rng: np.random.Generator, lengths: np.ndarray, ids: np.ndarray, job: JobSpec, budget: int):
+    """A random valid plan: random microbatches of random (non-contiguous) rank groups with random Ulysses
+    degrees; each sequence goes to a random group with room for it, or to a new microbatch."""
+    W = job.pool
+    us = ulysses_options(job)
+    mbs: list[list[dict]] = []
+
+    def new_microbatch() -> list[dict]:
+        perm = rng.permutation(W)
+        groups, i = [], 0
+        while i < W and (not groups or rng.random() < 0.85):
+            c = int(rng.integers(1, W - i + 1))
+            ranks = perm[i:i + c]
+            i += c
+            u = int(rng.choice([u for u in us if c % u == 0]))
+            groups.append({"ranks": tuple(int(r) for r in ranks), "u": u, "ids": [], "tokens": 0})
+        return groups
+
+    for _ in range(int(rng.integers(1, 5))):
+        mbs.append(new_microbatch())
+    for k in rng.permutation(len(lengths)).tolist():
+        L = int(lengths[k])
+        options = [g for mb in mbs for g in mb if (g["tokens"] + L) / len(g["ranks"]) <= budget]
+        if options:
+            g = options[int(rng.integers(len(options)))]
+        else:
+            cmin = -(-L // budget)
+            c = int(rng.integers(cmin, W + 1))
+            ranks = rng.permutation(W)[:c]
+            g = {"ranks": tuple(int(r) for r in ranks), "u": int(rng.choice([u for u in us if c % u == 0])),
+                 "ids": [], "tokens": 0}
+            mbs.insert(int(rng.integers(len(mbs) + 1)), [g])
+        g["ids"].append(int(ids[k]))
+        g["tokens"] += L
+    out = []
+    for mb in mbs:
+        gs = [CPGroup(g["ranks"], tuple(g["ids"]), Engine.for_size("hybrid", len(g["ranks"]), g["u"]))
+              for g in mb if g["ids"]]
+        if gs:
+            out.append(gs)
+    rng.shuffle(out)
+    return make_plan("random", W, out)
+
+
+POLICIES = available_policies()
+
+
+@settings(max_examples=int(os.environ.get("BOUND_EXAMPLES", 2000)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layout=layouts(), n=st.integers(1, 40), seed=st.integers(0, 2**31 - 1), spread=st.floats(0.0, 1.0),
+       policy=st.sampled_from(POLICIES))
+def test_no_plan_beats_the_bound(layout, n, seed, spread, policy) -> None:
+    job, cm = layout
+    budget = cm.max_tokens_per_rank()
+    rng = np.random.default_rng(seed)
+    top = job.pool * budget
+    # log-uniform lengths up to a fraction ``spread`` of the pool's capacity (mostly short, some very long)
+    lengths = np.maximum(1, np.round(np.power(float(max(2, top * spread)), rng.random(n)))).astype(np.int64)
+    lengths = np.minimum(lengths, top)
+    ids = rng.permutation(4 * n)[:n].astype(np.int64) + 7
+    batch = GlobalBatch.of(lengths, ids=ids)
+    b = iteration_bound(lengths, cm)
+    assert b.bound_s >= max(b.work_s, b.chain_s, b.sync_s) - 1e-15
+    plans = [random_plan(rng, lengths, ids, job, budget)]
+    try:
+        pol = create_policy(policy)
+        plans.append(pol.plan(batch, job, cm))
+    except (PolicyError, ValueError):
+        pass  # a policy that cannot schedule this batch (e.g. a static degree that does not fit)
+    for plan in plans:
+        memory_checked = plan.meta.get("memory_checked", True)
+        validate_plan(plan, batch, max_tokens_per_rank=budget if memory_checked else None,
+                      kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank)
+        bound = b if memory_checked else iteration_bound(lengths, cm, max_tokens_per_rank=None)
+        T = simulate_plan(plan, batch, cm).metrics.iteration_time_s
+        assert T >= bound.bound_s * (1 - REL), (plan.policy, T, bound)
+
+
+@settings(max_examples=200, deadline=None)
+@given(layout=layouts(), seed=st.integers(0, 2**31 - 1), stage=st.integers(0, 3))
+def test_compute_decomposes_as_the_proof_assumes(layout, seed, stage) -> None:
+    """Assumption C: a group's forward and backward compute ≥ Σ over its sequences of (alone − 1-token probe)
+    + an empty group's compute, and ≥ any one of its sequences alone (so compute never falls as sequences
+    join). Checked on random groups of the shipped cost models."""
+    job, cm = layout
+    s = stage % job.pp
+    rng = np.random.default_rng(seed)
+    us = ulysses_options(job)
+    c = int(rng.integers(1, job.pool + 1))
+    u = int(rng.choice([u for u in us if c % u == 0]))
+    L = rng.integers(1, 200_000, int(rng.integers(1, 12)))
+
+    def comp(lens, size=c):
+        G = 1
+        gb = GroupBatch(np.asarray(lens, dtype=np.int64), np.zeros(len(lens), dtype=np.int64),
+                        np.array([size] * G), np.array([u] * G), np.zeros(G, dtype=np.int64))
+        k = cm.group_costs(gb, s)
+        return float(np.asarray(k.fwd_compute_s)[0]), float(np.asarray(k.bwd_compute_s)[0])
+
+    whole = comp(L)
+    eps, empty = comp([1]), comp([])
+    for ph in (0, 1):
+        parts = sum(comp([x])[ph] - eps[ph] for x in L)
+        assert whole[ph] >= (parts + empty[ph]) * (1 - 1e-12) - 1e-15
+        assert whole[ph] >= max(comp([x])[ph] for x in L) * (1 - 1e-12)
