@@ -32,10 +32,10 @@ import numpy as np
 
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.engines import check_engine_choice, engine_for
+from dcpsim.policies.engines import ENGINE_CHOICES, engine_for
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
-from dcpsim.policies.registry import register_policy
+from dcpsim.policies.registry import check_options, option, register_policy
 from dcpsim.policies.static_cp import default_degree
 
 if TYPE_CHECKING:
@@ -118,17 +118,15 @@ class DpBalanced:
     (upstream's TransformerEngine ``p2p``) or another engine choice of policies.engines.
     """
 
-    cp_size: int | None = None
-    max_seqlen_per_rank: int | None = None
-    microbatch_group_size_per_vp_stage: int | None = None
-    max_num_seqs: int | None = None
-    cp_engine: str = "ring"
-    name: ClassVar[str] = "dp-balanced"
+    cp_size: int | None = option(None, ge=1)
+    max_seqlen_per_rank: int | None = option(None, ge=1)
+    microbatch_group_size_per_vp_stage: int | None = option(None, ge=1)
+    max_num_seqs: int | None = option(None, ge=1)
+    cp_engine: str = option("ring", choices=ENGINE_CHOICES)
+    name: ClassVar[str]  # set by @register_policy
 
     def __post_init__(self) -> None:
-        check_engine_choice(self.cp_engine)
-        for f in ("cp_size", "max_seqlen_per_rank", "microbatch_group_size_per_vp_stage", "max_num_seqs"):
-            _positive(f, getattr(self, f))
+        check_options(self)
 
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
         budget = int(self.max_seqlen_per_rank or cost_model.max_tokens_per_rank())

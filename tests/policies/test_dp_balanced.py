@@ -83,5 +83,5 @@ def test_bad_input_is_one_clear_error() -> None:
         create_policy("dp-balanced").plan(GlobalBatch.of([10, 500]), job, cm)
     with pytest.raises(PolicyError, match="cp_size = 3 must divide the pool size 4"):
         create_policy("dp-balanced", cp_size=3).plan(GlobalBatch.of([10]), job, cm)
-    with pytest.raises(PolicyError, match="max_num_seqs = 0 is invalid"):
+    with pytest.raises(PolicyError, match="option max_num_seqs = 0 is invalid"):
         create_policy("dp-balanced", max_num_seqs=0)
