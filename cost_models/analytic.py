@@ -13,8 +13,12 @@ Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer grou
   max(0, transfer − block compute) per step is exposed.
 * Ulysses (all-to-all): 4 all-to-alls per layer forward (Q, K, V, O) and 4 backward, fully exposed; the
   per-rank buffer is (Σ L / c) · heads · d · 2 bytes.
-* Link class: a ring whose group spans nodes runs at the network rate; the inner Ulysses group at NVLink
-  rate when its u ranks share a node (cost_models.topology).
+* Link class: a ring whose group spans NVLink domains runs at the network rate; the inner Ulysses group at
+  NVLink rate when its u ranks share a domain (cost_models.topology). With ``terms.links`` (the default) the
+  crossings come from the ranks each group really lists (a non-contiguous group is priced by the domains it
+  spans), each PP transfer from its own rank's pair of stages, and cross-domain bandwidth from the NICs in
+  use; with it off, the first version's pricing (contiguous groups from ``first_rank``, every PP transfer by
+  pool rank 0's pair, one NIC per collective).
 * Fixed per-layer cost: every group's forward compute gets ``layers_per_stage × layer_overhead_fwd_s`` and
   its backward ``layers_per_stage × layer_overhead_bwd_s`` (seconds per layer per microbatch on one rank,
   from the calibration; launches, norms, RoPE, activation, residuals, framework dispatch). Added here and
@@ -40,7 +44,14 @@ from dcpsim.cost_models.head import embedding_compute_s, ends_tp_comm_s, head_co
 from dcpsim.cost_models.memory import memory_budget_tokens, model_state_bytes, peak_memory_bytes, stage_params
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.cost_models.terms import CostTerms
-from dcpsim.cost_models.topology import node_of, spans_nodes
+from dcpsim.cost_models.topology import (
+    collective_nics,
+    fewest_ranks_per_domain,
+    group_crossings,
+    node_of,
+    p2p_nic_share,
+    spans_nodes,
+)
 
 BF16_BYTES = 2.0
 OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam over fp32 master + 2 moments + bf16 grad/param, read and written
@@ -83,9 +94,8 @@ class AnalyticCostModel:
         att_b = np.bincount(gid, weights=cal.attn_bwd.seconds(ATTENTION_BWD_FACTOR * att_flops, block),
                             minlength=G)
 
-        crosses = spans_nodes(job, stage, groups.first_rank, groups.size)
+        crosses, inner_crosses = self.cp_crossings(groups, stage)
         ring_f, ring_b = self._ring_exposed(tokens, r, u, att_f / nl, att_b / nl, crosses)
-        inner_crosses = spans_nodes(job, stage, groups.first_rank, groups.ulysses)
         a2a = self._ulysses_time(tpr, u, inner_crosses)
         fixed_f, fixed_b = nl * cal.layer_overhead_fwd_s, nl * cal.layer_overhead_bwd_s
         tp_layer = self.tp_comm_layer_s(tpr)
@@ -151,13 +161,31 @@ class AnalyticCostModel:
         rs = self._cal.link("reduce_scatter", "nvlink").seconds("reduce_scatter", nbytes, job.tp)
         return (1.0 - job.tp_comm_overlap) * 2.0 * (ag + rs)
 
+    # ---- links (cost_models.topology) -------------------------------------------------------------------
+    def cp_crossings(self, groups: GroupBatch, stage: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per group: whether its ring, and whether one of its inner Ulysses groups, crosses NVLink domains.
+        With ``terms.links``: from the ranks the group lists (GroupBatch.member_rank, when given); without,
+        the first version's contiguous ranks from ``first_rank`` (and only the first inner group)."""
+        job = self.job
+        if not self.terms.links:
+            return (spans_nodes(job, stage, groups.first_rank, groups.size),
+                    spans_nodes(job, stage, groups.first_rank, groups.ulysses))
+        return group_crossings(job, stage, groups.size, groups.ulysses, groups.first_rank,
+                               groups.member_rank, groups.member_group)
+
+    def _p2p_bytes_scale(self) -> float:
+        """Cross-domain point-to-point bytes are divided by the GPU's share of a NIC (1 on rail-optimised
+        clusters: cost_models.topology.p2p_nic_share); 1 with ``terms.links`` off."""
+        return 1.0 / p2p_nic_share(self.job) if self.terms.links else 1.0
+
     def _ring_exposed(self, tokens, r, u, att_f_layer, att_b_layer, crosses):
         """Exposed ring time per layer (forward, backward)."""
         m = self.job.model
         kv_bytes = 2.0 * (tokens / r) * (self.job.kv_heads_per_rank / u) * m.head_dim * BF16_BYTES
         nv, net = self._cal.link("send_recv", "nvlink"), self._cal.link("send_recv", "network")
-        step_f = np.where(crosses, net.seconds("send_recv", kv_bytes, 2), nv.seconds("send_recv", kv_bytes, 2))
-        step_b = np.where(crosses, net.seconds("send_recv", 2 * kv_bytes, 2),
+        k = self._p2p_bytes_scale()
+        step_f = np.where(crosses, net.seconds("send_recv", k * kv_bytes, 2), nv.seconds("send_recv", kv_bytes, 2))
+        step_b = np.where(crosses, net.seconds("send_recv", k * 2 * kv_bytes, 2),
                           nv.seconds("send_recv", 2 * kv_bytes, 2))
         steps = r - 1
         exp_f = steps * np.maximum(0.0, step_f - att_f_layer / r)
@@ -177,13 +205,24 @@ class AnalyticCostModel:
         return np.where(u > 1, 2 * a2a(q_bytes) + 2 * a2a(kv_bytes), 0.0)
 
     # ---- pipeline, data parallel, memory ---------------------------------------------------------------
-    def pp_transfer_s(self, tokens_per_rank: np.ndarray, stage: int) -> np.ndarray:
-        """Activations (forward) or their gradients (backward) between ``stage`` and ``stage + 1``:
-        tokens · h · 2 bytes, split over the t GPUs of the TP group by sequence parallelism."""
+    def pp_transfer_s(self, tokens_per_rank: np.ndarray, stage: int, rank: np.ndarray | int) -> np.ndarray:
+        """Activations (forward) or their gradients (backward) of pool rank(s) ``rank`` between ``stage`` and
+        ``stage + 1``: tokens · h · 2 bytes, split over the t GPUs of the TP group by sequence parallelism,
+        each GPU sending its share on its own link. With ``terms.links`` every rank's transfer is priced by
+        its own pair of GPUs, (stage, rank) → (stage + 1, rank): NVLink when both sit in one NVLink domain,
+        else one NIC per GPU (cost_models.topology); without, by pool rank 0's pair for every rank (the
+        first version)."""
         job = self.job
         nbytes = np.asarray(tokens_per_rank, dtype=np.float64) * job.model.hidden * BF16_BYTES / job.tp
-        crosses = bool(node_of(job, stage, 0) != node_of(job, min(stage + 1, job.pp - 1), 0))
-        return self._cal.link("send_recv", "network" if crosses else "nvlink").seconds("send_recv", nbytes, 2)
+        nxt = min(stage + 1, job.pp - 1)
+        if not self.terms.links:
+            crosses = bool(node_of(job, stage, 0) != node_of(job, nxt, 0))
+            return self._cal.link("send_recv", "network" if crosses else "nvlink").seconds("send_recv", nbytes, 2)
+        rank = np.asarray(rank, dtype=np.int64)
+        crosses = node_of(job, stage, rank) != node_of(job, nxt, rank)
+        nv, net = self._cal.link("send_recv", "nvlink"), self._cal.link("send_recv", "network")
+        return np.where(crosses, net.seconds("send_recv", self._p2p_bytes_scale() * nbytes, 2),
+                        nv.seconds("send_recv", nbytes, 2))
 
     def grad_sync_s(self, stage: int) -> float:
         """Reduce-scatter of bf16 gradients and all-gather of bf16 parameters over the pool (distributed
@@ -191,9 +230,23 @@ class AnalyticCostModel:
         job = self.job
         nbytes = stage_params(job, stage) / job.tp * BF16_BYTES
         link = "network" if bool(spans_nodes(job, stage, 0, job.pool)) else "nvlink"
-        rs = self._cal.link("reduce_scatter", link).seconds("reduce_scatter", nbytes, job.pool)
-        ag = self._cal.link("all_gather", link).seconds("all_gather", nbytes, job.pool)
+        rs = self._collective_s("reduce_scatter", link, nbytes, stage, 0, job.pool)
+        ag = self._collective_s("all_gather", link, nbytes, stage, 0, job.pool)
         return float(rs + ag)
+
+    def _collective_s(self, op: str, link: str, nbytes: float, stage: int, first: int, size: int) -> float:
+        """One TP shard's ring collective ``op`` over the contiguous pool ranks first .. first+size−1.
+
+        Across domains, with ``terms.links``, its bus bandwidth is that of the NICs it gets,
+        collective_nics(k) × the calibration's per-NIC network rate for k = the fewest of its ranks in any
+        domain it spans (rail-optimised rings: cost_models.topology), and never above the NVLink rate of the
+        same collective; without, one NIC's rate (the first version). Inside a domain: NVLink."""
+        model = self._cal.link(op, link)
+        if link == "network" and self.terms.links:
+            nics = collective_nics(self.job, fewest_ranks_per_domain(self.job, stage, first, size))
+            nv_bw = self._cal.link(op, "nvlink").busbw_gbs
+            nbytes = nbytes * model.busbw_gbs / min(nics * model.busbw_gbs, max(nv_bw, model.busbw_gbs))
+        return float(model.seconds(op, nbytes, size))
 
     def optimizer_s(self, stage: int) -> float:
         """Adam on one GPU's shard, bound by HBM bandwidth."""

@@ -23,7 +23,11 @@ class GroupBatch:
 
     ``seq_len[i]`` is sequence i's length in tokens and ``seq_group[i]`` the index of its group; per group:
     ``size`` (CP degree c), ``ulysses`` (inner all-to-all degree u; the ring degree is c / u) and
-    ``first_rank`` (pool index of its first member, used for topology).
+    ``first_rank`` (pool index of its first member, used for topology). Optionally every group's members,
+    ``member_rank[j]`` in group ``member_group[j]`` (groups in order, each group's members consecutive, in
+    the group's rank order): the cost model then prices the links between the ranks a group really lists
+    (a non-contiguous group such as ranks 0 and 8); without them a group is the contiguous ranks from
+    ``first_rank``.
     """
 
     seq_len: np.ndarray  # int64 [n]
@@ -31,6 +35,8 @@ class GroupBatch:
     size: np.ndarray  # int64 [G]
     ulysses: np.ndarray  # int64 [G]
     first_rank: np.ndarray  # int64 [G]
+    member_rank: np.ndarray | None = None  # int64 [Σ size], or None: contiguous from first_rank
+    member_group: np.ndarray | None = None  # int64 [Σ size]
 
     @property
     def num_groups(self) -> int:
@@ -73,9 +79,9 @@ class CostModel(Protocol):
         """Compute and exposed CP communication of each group at ``stage``."""
         ...
 
-    def pp_transfer_s(self, tokens_per_rank: np.ndarray, stage: int) -> np.ndarray:
+    def pp_transfer_s(self, tokens_per_rank: np.ndarray, stage: int, rank: np.ndarray | int) -> np.ndarray:
         """Time to send one microbatch's activations (or gradients) of ``tokens_per_rank`` tokens per rank
-        from ``stage`` to its neighbour."""
+        from pool rank(s) ``rank`` of ``stage`` to the same pool rank(s) of ``stage + 1`` (arrays broadcast)."""
         ...
 
     def grad_sync_s(self, stage: int) -> float:

@@ -27,8 +27,9 @@ class ConstantCostModel:
         z = np.zeros_like(f)
         return GroupCosts(f, z, self.bwd_factor * f, z.copy())
 
-    def pp_transfer_s(self, tokens_per_rank: np.ndarray, stage: int) -> np.ndarray:
-        return np.full(np.shape(tokens_per_rank), self.pp_s, dtype=np.float64)
+    def pp_transfer_s(self, tokens_per_rank: np.ndarray, stage: int, rank: np.ndarray | int = 0) -> np.ndarray:
+        return np.full(np.broadcast(np.asarray(tokens_per_rank), np.asarray(rank)).shape, self.pp_s,
+                       dtype=np.float64)
 
     def grad_sync_s(self, stage: int) -> float:
         return self.grad_sync

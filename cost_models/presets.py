@@ -1,10 +1,14 @@
 """Named presets of models and GPUs, with their public sources.
 
-Models: each preset's ``source`` names its Hugging Face model card / ``config.json`` (Llama 3: also the
-Llama 3 paper, Dubey et al. 2024, Table 3; Mixtral: Jiang et al. 2024). ``dcpsim model NAME`` prints them.
-GPUs: NVIDIA H100 SXM5 and H200 SXM data sheets (989 TFLOP/s dense BF16; 80 GB HBM3 at
-3.35 TB/s; 141 GB HBM3e at 4.8 TB/s); NCCL reaches about 370 GB/s bus bandwidth on NVLink4 and 46-49 GB/s
-per GPU over InfiniBand NDR 400 Gb/s (nccl-tests figures collected in docs/sources.md).
+Models: Llama 3 architecture numbers from Meta's model cards / ``config.json`` (Llama 3 paper, Dubey et al.
+2024, Table 3).
+
+GPUs and clusters (docs/models.md, "GPUs and clusters"): each preset's ``source`` names the data sheet of
+every hardware number (peak dense BF16, HBM, NVLink / Infinity Fabric, domain size, NICs). Effective NCCL bus
+bandwidths: measured on H100/H200 (about 370 GB/s over NVLink 4, 46-49 GB/s per NDR 400 Gb/s NIC: the
+nccl-tests figures of ../shared/reference, NCCL_SOURCE); for the others, where no comparable measurement is
+published, the link's data-sheet rate times the efficiency measured on H100 (:data:`NVLINK_EFFICIENCY`,
+:data:`NIC_EFFICIENCY`), except MI300X, whose usable xGMI rate AMD publishes.
 """
 
 from __future__ import annotations
@@ -44,11 +48,71 @@ MODELS: dict[str, ModelSpec] = {
                       source="a toy model of this project (tests, real_runtime on CPUs)"),
 }
 
+# NCCL's bus bandwidth as a fraction of the link's data-sheet rate, measured on H100 SXM: about 370 GB/s of
+# NVLink 4's 450 GB/s per direction, 47 GB/s of an NDR NIC's 400 Gb/s = 50 GB/s (nccl-tests; module docstring).
+NVLINK_EFFICIENCY = 370.0 / 450.0
+NIC_EFFICIENCY = 47.0 / 50.0
+NDR_GBS = 50.0  # ConnectX-7 / NDR InfiniBand, 400 Gb/s
+HDR_GBS = 25.0  # ConnectX-6 / HDR InfiniBand, 200 Gb/s
+_HOPPER_NET = ("NCCL: ~370 GB/s bus bandwidth on NVLink 4 and 46-49 GB/s per NDR NIC (nccl-tests, "
+               "../shared/reference README)")
+_DERIVED_NET = ("NCCL bandwidths = data-sheet rate x the efficiency measured on H100 (370/450 on NVLink, "
+                "47/50 on a NIC)")
+
+
+def _derived_nvlink(per_direction_gbs: float) -> float:
+    return round(NVLINK_EFFICIENCY * per_direction_gbs, 1)
+
+
+def _derived_network(nic_gbs: float) -> float:
+    return round(NIC_EFFICIENCY * nic_gbs, 1)
+
+
 GPUS: dict[str, GPUSpec] = {
-    "h100": GPUSpec("h100", peak_bf16_tflops=989.0, hbm_gb=80.0, hbm_bw_gbs=3350.0, nvlink_gbs=370.0,
-                    network_gbs=47.0, gpus_per_node=8),
-    "h200": GPUSpec("h200", peak_bf16_tflops=989.0, hbm_gb=141.0, hbm_bw_gbs=4800.0, nvlink_gbs=370.0,
-                    network_gbs=47.0, gpus_per_node=8),
+    "a100": GPUSpec(
+        "a100", peak_bf16_tflops=312.0, hbm_gb=80.0, hbm_bw_gbs=2039.0, nvlink_gbs=_derived_nvlink(300.0),
+        network_gbs=_derived_network(HDR_GBS), gpus_per_node=8, nvlink_domain=8, nics_per_node=8,
+        nic_gbs=HDR_GBS,
+        source="NVIDIA A100 Tensor Core GPU data sheet (SXM4 80GB: 312 TFLOP/s dense BF16, 80 GB HBM2e at "
+               "2,039 GB/s, NVLink 3 600 GB/s = 300 per direction); NVIDIA DGX A100 data sheet (8 GPUs on "
+               "NVSwitch, 8x ConnectX-6 HDR 200 Gb/s compute NICs); " + _DERIVED_NET),
+    "h100": GPUSpec(
+        "h100", peak_bf16_tflops=989.0, hbm_gb=80.0, hbm_bw_gbs=3350.0, nvlink_gbs=370.0, network_gbs=47.0,
+        gpus_per_node=8, nvlink_domain=8, nics_per_node=8, nic_gbs=NDR_GBS,
+        source="NVIDIA H100 Tensor Core GPU data sheet (SXM5: 989 TFLOP/s dense BF16, 80 GB HBM3 at 3.35 TB/s, "
+               "NVLink 4 900 GB/s); NVIDIA DGX H100 data sheet (8 GPUs on NVSwitch, 8x ConnectX-7 400 Gb/s "
+               "compute NICs); " + _HOPPER_NET),
+    "h200": GPUSpec(
+        "h200", peak_bf16_tflops=989.0, hbm_gb=141.0, hbm_bw_gbs=4800.0, nvlink_gbs=370.0, network_gbs=47.0,
+        gpus_per_node=8, nvlink_domain=8, nics_per_node=8, nic_gbs=NDR_GBS,
+        source="NVIDIA H200 Tensor Core GPU data sheet (SXM: 989 TFLOP/s dense BF16, 141 GB HBM3e at 4.8 TB/s, "
+               "NVLink 4 900 GB/s); HGX H200: 8 GPUs on NVSwitch, 8x ConnectX-7 400 Gb/s; " + _HOPPER_NET),
+    "b200": GPUSpec(
+        "b200", peak_bf16_tflops=2250.0, hbm_gb=180.0, hbm_bw_gbs=8000.0, nvlink_gbs=_derived_nvlink(900.0),
+        network_gbs=_derived_network(NDR_GBS), gpus_per_node=8, nvlink_domain=8, nics_per_node=8,
+        nic_gbs=NDR_GBS,
+        source="NVIDIA HGX B200 / DGX B200 data sheets (per GPU: 2.25 PFLOP/s dense BF16 = half the 4.5 "
+               "with sparsity, 180 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s = 900 GB/s per direction; 8 GPUs on "
+               "NVSwitch; 8x ConnectX-7 400 Gb/s); MLPerf Inference v6.0 system description "
+               "nebius_b200_n1.json (B200-SXM-180GB, 8x ConnectX-7 NDR 400 Gb/s); " + _DERIVED_NET),
+    "gb200": GPUSpec(
+        "gb200", peak_bf16_tflops=2500.0, hbm_gb=186.0, hbm_bw_gbs=8000.0, nvlink_gbs=_derived_nvlink(900.0),
+        network_gbs=_derived_network(NDR_GBS), gpus_per_node=4, nvlink_domain=72, nics_per_node=4,
+        nic_gbs=NDR_GBS,
+        source="NVIDIA GB200 NVL72 data sheet (72 GPUs in one NVLink domain: 360 PFLOP/s BF16 with sparsity "
+               "= 2.5 PFLOP/s dense per GPU, 13.4 TB HBM3e = 186 GB and 576 TB/s = 8 TB/s per GPU, 130 TB/s "
+               "NVLink = 1.8 TB/s per GPU); compute trays of 4 GPUs with 4x ConnectX-7 400 Gb/s (MLPerf "
+               "Inference v6.1 system description GB200-NVL72_GB200-186GB_aarch64x16); " + _DERIVED_NET
+               + " (MNNVL all_reduce measured at 811 GB/s on 2 trays, lixueduan.com 2025, with NVLink SHARP)"),
+    "mi300x": GPUSpec(
+        "mi300x", peak_bf16_tflops=1307.4, hbm_gb=192.0, hbm_bw_gbs=5300.0, nvlink_gbs=336.0,
+        network_gbs=_derived_network(NDR_GBS), gpus_per_node=8, nvlink_domain=8, nics_per_node=8,
+        nic_gbs=NDR_GBS,
+        source="AMD Instinct MI300X data sheet (1,307.4 TFLOP/s dense BF16, 192 GB HBM3 at 5.3 TB/s); AMD "
+               "Instinct MI300X Platform data sheet (8 GPUs fully connected by Infinity Fabric, 7 xGMI links "
+               "per GPU); AMD ROCm blog 'Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct "
+               "MI300X' (2025: 64 GB/s per link, about 48 usable, so 7 x 48 = 336 GB/s of bus bandwidth); "
+               "one 400 Gb/s NIC per GPU on 8 rails (TensorWave cluster docs); NIC bandwidth: " + _DERIVED_NET),
 }
 
 

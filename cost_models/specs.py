@@ -181,21 +181,59 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class GPUSpec:
-    """One accelerator and the node it sits in (published figures; sources in cost_models/presets.py)."""
+    """One accelerator, the node it sits in and the cluster around it (published figures; the presets and
+    their sources are in cost_models/presets.py, docs/models.md "GPUs and clusters").
+
+    Two levels of interconnect. GPUs of one *NVLink domain* (``nvlink_domain`` GPUs: one 8-GPU HGX node, or a
+    whole GB200 NVL72 rack of 72; AMD's Infinity Fabric for the MI300X) talk at ``nvlink_gbs``; GPUs of
+    different domains go through the scale-out NICs, ``nics_per_node`` per node of ``gpus_per_node`` GPUs,
+    each carrying ``network_gbs`` of NCCL bandwidth (``nic_gbs`` is its line rate). A domain is a whole number
+    of nodes. Defaults: the node is its own NVLink domain, and one NIC per GPU (rail-optimised, as in NVIDIA's
+    DGX/HGX reference architectures).
+    """
 
     name: str
     peak_bf16_tflops: float  # dense BF16
     hbm_gb: float  # capacity, 10^9 bytes
     hbm_bw_gbs: float  # HBM bandwidth
-    nvlink_gbs: float  # effective NCCL bus bandwidth inside a node
-    network_gbs: float  # effective NCCL bandwidth per GPU across nodes
-    gpus_per_node: int
+    nvlink_gbs: float  # effective NCCL bus bandwidth inside an NVLink domain
+    network_gbs: float  # effective NCCL bandwidth of one NIC (one GPU's rail) across domains
+    gpus_per_node: int  # GPUs per node (server, or GB200 compute tray): the unit NICs are counted in
+    nvlink_domain: int | None = None  # GPUs sharing one NVLink domain (None: gpus_per_node)
+    nics_per_node: int | None = None  # scale-out NICs per node (None: gpus_per_node, one per GPU)
+    nic_gbs: float | None = None  # line rate of one NIC, 10^9 bytes/s (None: not stated)
+    source: str = ""  # where the numbers come from
 
     def __post_init__(self) -> None:
         for f in ("peak_bf16_tflops", "hbm_gb", "hbm_bw_gbs", "nvlink_gbs", "network_gbs"):
             v = getattr(self, f)
-            _require(v > 0, f"gpu.{f}", v, "a positive number")
-        _require(self.gpus_per_node >= 1, "gpu.gpus_per_node", self.gpus_per_node, "a positive integer")
+            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, f"gpu.{f}", v,
+                     "a positive number")
+        if self.nvlink_domain is None:
+            object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
+        if self.nics_per_node is None:
+            object.__setattr__(self, "nics_per_node", self.gpus_per_node)
+        for f in ("gpus_per_node", "nvlink_domain", "nics_per_node"):
+            v = getattr(self, f)
+            _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"gpu.{f}", v,
+                     "a positive integer")
+        _require(self.nvlink_domain % self.gpus_per_node == 0, "gpu.nvlink_domain", self.nvlink_domain,
+                 f"a multiple of gpu.gpus_per_node = {self.gpus_per_node} (a domain is a whole number of nodes)")
+        if self.nic_gbs is not None:
+            v = self.nic_gbs
+            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "gpu.nic_gbs", v,
+                     "a positive number (the NIC's line rate in 10^9 bytes/s)")
+            _require(self.network_gbs <= v, "gpu.network_gbs", self.network_gbs,
+                     f"at most the NIC line rate gpu.nic_gbs = {v:g} (it is NCCL's bandwidth over one NIC)")
+
+    @property
+    def nodes_per_domain(self) -> int:
+        return self.nvlink_domain // self.gpus_per_node
+
+    @property
+    def nics_per_domain(self) -> int:
+        """Scale-out NICs of one NVLink domain (PXN lets a GPU use any of them over NVLink)."""
+        return self.nics_per_node * self.nodes_per_domain
 
 
 @dataclass(frozen=True)
@@ -231,8 +269,8 @@ class JobSpec:
                  f"must divide model.kv_heads = {self.model.kv_heads} or be a multiple of it")
         _require(self.model.layers % self.pp == 0, "job.pp", self.pp,
                  f"must divide model.layers = {self.model.layers}")
-        _require(self.tp <= self.gpu.gpus_per_node, "job.tp", self.tp,
-                 f"at most gpu.gpus_per_node = {self.gpu.gpus_per_node} (TP stays inside a node)")
+        _require(self.tp <= self.gpu.nvlink_domain and self.gpu.nvlink_domain % self.tp == 0, "job.tp", self.tp,
+                 f"must divide gpu.nvlink_domain = {self.gpu.nvlink_domain} (TP stays inside an NVLink domain)")
         _require(self.memory_reserve_gb >= 0, "job.memory_reserve_gb", self.memory_reserve_gb, "≥ 0")
         _require(isinstance(self.tp_comm_overlap, (int, float)) and 0.0 <= self.tp_comm_overlap <= 1.0,
                  "job.tp_comm_overlap", self.tp_comm_overlap, "a fraction between 0 (exposed) and 1 (hidden)")

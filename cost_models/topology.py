@@ -1,6 +1,30 @@
-"""Where ranks live: Megatron's rank order is TP fastest, then the DP×CP pool, then PP, so pool rank ``w``
-of stage ``s`` occupies GPUs (s·W + w)·t .. (s·W + w + 1)·t − 1 and sits on node ⌊(s·W + w)·t / G⌋ for G GPUs
-per node. With t = 8 every CP group crosses nodes; with t = 1 an aligned group of ≤ 8 ranks stays inside one.
+"""Where ranks live, and which links a transfer between them uses.
+
+Rank order (Megatron-LM's, TP fastest, then the DP×CP pool, then PP): pool rank ``w`` of stage ``s`` occupies
+GPUs (s·W + w)·t .. (s·W + w + 1)·t − 1. Link classes follow the *NVLink domain* of D = ``gpu.nvlink_domain``
+GPUs (one 8-GPU HGX node; a whole GB200 NVL72 rack of 72): that rank sits in domain ⌊(s·W + w)·t / D⌋, two
+ranks of one domain talk over NVLink (or Infinity Fabric), ranks of different domains over the scale-out
+NICs. A TP group never straddles a domain (JobSpec: t divides D). With t = 8 on HGX nodes every CP group
+crosses domains; with t = 1 an aligned group of ≤ 8 ranks stays inside one, and on NVL72 one of ≤ 64.
+
+Which ranks a CP group connects (for groups listing their members; contiguous ones from ``first_rank``):
+a ring (r = c/u outer steps) sends from each member to the member u positions on, cyclically, so it crosses
+domains when any such pair does; the inner Ulysses all-to-all of u consecutive members crosses when any
+inner group spans two domains (real_runtime.group_pool's layout).
+
+NICs (rail-optimised clusters: every GPU has its own NIC, as in NVIDIA's DGX/HGX reference architectures,
+unless ``gpu.nics_per_node`` says otherwise):
+
+* A ring collective (NCCL all-gather, reduce-scatter, all-reduce) whose group has k ranks in each domain it
+  spans runs k·t rings' worth of channels for its t TP shards, each crossing the domain boundary on its own
+  NIC, so one shard's collective gets ``min(k·t, NICs per domain) / t`` NICs of bus bandwidth (k: the
+  fewest members any spanned domain holds), never more than the NVLink rate its intra-domain hops run at.
+* A point-to-point send (a CP ring step, a PP transfer) goes from one GPU over one NIC, whatever the group's
+  size: every GPU of the group sends its own chunk at the same time on its own rail, so the per-GPU rate is
+  one NIC's, shared when a node has fewer NICs than GPUs (``min(1, NICs per node / GPUs per node)``).
+
+Not modelled: contention between CP, PP and DP traffic on one NIC, between the t TP shards beyond the NIC
+count, and NCCL's per-size algorithm choice (tree, NVLS, CollNet/SHARP).
 """
 
 from __future__ import annotations
@@ -10,18 +34,79 @@ import numpy as np
 from dcpsim.cost_models.specs import JobSpec
 
 
-def node_of(job: JobSpec, stage: int, rank: np.ndarray | int) -> np.ndarray:
-    """Node index of pool rank(s) ``rank`` at ``stage`` (a TP group never straddles a node: t ≤ G)."""
-    return (stage * job.pool + np.asarray(rank, dtype=np.int64)) * job.tp // job.gpu.gpus_per_node
+def domain_of(job: JobSpec, stage: int, rank: np.ndarray | int) -> np.ndarray:
+    """NVLink domain index of pool rank(s) ``rank`` at ``stage``."""
+    return (stage * job.pool + np.asarray(rank, dtype=np.int64)) * job.tp // job.gpu.nvlink_domain
 
 
-def spans_nodes(job: JobSpec, stage: int, first: np.ndarray | int, size: np.ndarray | int) -> np.ndarray:
-    """Whether the contiguous ranks first .. first+size−1 occupy more than one node."""
+def spans_domains(job: JobSpec, stage: int, first: np.ndarray | int, size: np.ndarray | int) -> np.ndarray:
+    """Whether the contiguous ranks first .. first+size−1 occupy more than one NVLink domain."""
     first = np.asarray(first, dtype=np.int64)
     last = first + np.asarray(size, dtype=np.int64) - 1
-    return node_of(job, stage, first) != node_of(job, stage, last)
+    return domain_of(job, stage, first) != domain_of(job, stage, last)
+
+
+# The names of the first version ("node" meant the 8-GPU NVLink domain of an HGX node).
+node_of = domain_of
+spans_nodes = spans_domains
 
 
 def link_name(crosses: np.ndarray | bool) -> np.ndarray:
-    """'network' where a transfer crosses nodes, else 'nvlink'."""
+    """'network' where a transfer crosses domains, else 'nvlink'."""
     return np.where(np.asarray(crosses), "network", "nvlink")
+
+
+def group_crossings(job: JobSpec, stage: int, size: np.ndarray, ulysses: np.ndarray, first_rank: np.ndarray,
+                    member_rank: np.ndarray | None = None,
+                    member_group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: (its ring crosses domains, one of its inner Ulysses groups crosses domains).
+
+    ``member_rank`` / ``member_group`` list every group's members in group order (all members of a group
+    consecutive, groups in order); without them the groups are the contiguous ranks from ``first_rank``.
+    """
+    size = np.asarray(size, dtype=np.int64)
+    u = np.asarray(ulysses, dtype=np.int64)
+    G = int(size.shape[0])
+    if member_rank is None:
+        gid = np.repeat(np.arange(G), size)
+        start = np.cumsum(size) - size
+        pos = np.arange(int(size.sum())) - start[gid]
+        ranks = np.asarray(first_rank, dtype=np.int64)[gid] + pos
+    else:
+        gid = np.asarray(member_group, dtype=np.int64)
+        ranks = np.asarray(member_rank, dtype=np.int64)
+        start = np.searchsorted(gid, np.arange(G))
+        pos = np.arange(len(gid)) - start[gid]
+    dom = domain_of(job, stage, ranks)
+    # Ring: member at position p sends to the member at (p + u) mod c.
+    nxt = start[gid] + (pos + u[gid]) % size[gid]
+    ring = np.zeros(G, dtype=bool)
+    np.logical_or.at(ring, gid, dom != dom[nxt])
+    # Inner groups: members p with the same p // u; spans when its first and last member differ.
+    first_in = start[gid] + (pos // u[gid]) * u[gid]
+    lo = np.full(len(gid), np.iinfo(np.int64).max)
+    hi = np.full(len(gid), -1)
+    np.minimum.at(lo, first_in, dom)
+    np.maximum.at(hi, first_in, dom)
+    inner = np.zeros(G, dtype=bool)
+    np.logical_or.at(inner, gid, lo[first_in] != hi[first_in])
+    return ring, inner
+
+
+def fewest_ranks_per_domain(job: JobSpec, stage: int, first: int, size: int) -> int:
+    """The fewest of the contiguous ranks first .. first+size−1 that any domain they touch holds."""
+    dom = domain_of(job, stage, np.arange(first, first + size))
+    counts = np.bincount(dom - dom.min())
+    return int(counts[counts > 0].min())
+
+
+def collective_nics(job: JobSpec, ranks_per_domain: int) -> float:
+    """NICs of bus bandwidth one TP shard's ring collective gets when its group holds ``ranks_per_domain``
+    ranks in (each of) the domains it spans: min(k·t, NICs per domain) / t."""
+    t = job.tp
+    return min(ranks_per_domain * t, job.gpu.nics_per_domain) / t
+
+
+def p2p_nic_share(job: JobSpec) -> float:
+    """The share of one NIC a GPU's cross-domain point-to-point send gets: min(1, NICs / GPUs per node)."""
+    return min(1.0, job.gpu.nics_per_node / job.gpu.gpus_per_node)

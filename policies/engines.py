@@ -1,4 +1,4 @@
-"""Choosing a CP engine for a group: ``ring``, ``ulysses``, ``hybrid`` (Ulysses inside a node, ring across)
+"""Choosing a CP engine for a group: ``ring``, ``ulysses``, ``hybrid`` (Ulysses inside an NVLink domain, ring across)
 or ``auto`` (the cheapest of the valid ones under the cost model). Shared by every policy."""
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ def check_engine_choice(kind: str) -> None:
 
 def ulysses_degrees(size: int, job: JobSpec) -> list[int]:
     """Valid inner Ulysses degrees u for a group of ``size`` ranks: u divides the group size and the KV heads
-    per TP rank, and u ranks (u·t GPUs) fit in one node."""
+    per TP rank, and u ranks (u·t GPUs) fit in one NVLink domain (``gpu.nvlink_domain`` GPUs: 8 on HGX nodes,
+    72 on GB200 NVL72), so that the all-to-alls can run at NVLink rate (cost_models.topology)."""
     kvh = job.kv_heads_per_rank
-    node_ranks = max(1, job.gpu.gpus_per_node // job.tp)
+    node_ranks = max(1, job.gpu.nvlink_domain // job.tp)
     return [u for u in range(1, size + 1) if size % u == 0 and kvh % u == 0 and u <= node_ranks]
 
 
@@ -47,7 +48,9 @@ def engine_for(kind: str, size: int, job: JobSpec, cost_model: CostModel | None 
     if kind == "ulysses":
         if size not in us:
             raise PolicyError(f"a Ulysses group of {size} ranks needs {size} to divide the KV heads per rank "
-                              f"({job.kv_heads_per_rank}) and fit in a node; use cp_engine hybrid or auto")
+                              f"({job.kv_heads_per_rank}) and fit in an NVLink domain ({job.gpu.nvlink_domain} GPUs = "
+                              f"{max(1, job.gpu.nvlink_domain // job.tp)} ranks of TP {job.tp}); use cp_engine "
+                              "hybrid or auto")
         return Engine.for_size("ulysses", size)
     if kind == "hybrid" or cost_model is None or tokens is None:
         u = max(us)

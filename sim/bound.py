@@ -126,7 +126,7 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
     opt_index = np.tile(np.arange(n_o), n_u)[ok]
 
     sync = np.array([cost_model.grad_sync_s(s) + cost_model.optimizer_s(s) for s in range(p)])
-    zero_xfer = [float(np.min(cost_model.pp_transfer_s(np.zeros(1), s))) for s in range(p - 1)]
+    zero_xfer = [float(np.min(cost_model.pp_transfer_s(np.zeros(1), s, np.arange(W)))) for s in range(p - 1)]
     # Cheapest per-rank forward / backward of any group at each stage (an empty group's compute).
     min_f = np.array([float(np.min(empty_f[s])) for s in range(p)])
     min_b = np.array([float(np.min(empty_b[s])) for s in range(p)])
@@ -155,7 +155,8 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
         for s in range(p):
             tot += fwd[s] + bwd[s]
             if s < p - 1:
-                tot += 2.0 * np.asarray(cost_model.pp_transfer_s(Lr / cr, s), dtype=np.float64)
+                xf = cost_model.pp_transfer_s((Lr / cr)[:, None], s, np.arange(W)[None, :])
+                tot += 2.0 * np.min(np.asarray(xf, dtype=np.float64), axis=1)  # the cheapest rank's link
         best = np.full(n_u, np.inf)
         np.minimum.at(best, which, tot)
         k = int(np.argmax(best))

@@ -58,13 +58,16 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
     tp = np.zeros((p, G, 2))
     xfer = np.zeros((p, G))
     tpr = fp.groups.tokens_per_rank()
+    member_tpr = tpr[fp.member_group]
     for s in range(p):
         c = cost_model.group_costs(fp.groups, s)
         compute[s, :, 0], compute[s, :, 1] = c.fwd_compute_s, c.bwd_compute_s
         comm[s, :, 0], comm[s, :, 1] = c.fwd_comm_s, c.bwd_comm_s
         tp[s, :, 0], tp[s, :, 1] = c.fwd_tp_comm_s, c.bwd_tp_comm_s
         if s < p - 1:
-            xfer[s] = cost_model.pp_transfer_s(tpr, s)
+            # Every member sends its own share to the same pool rank of stage s + 1; the group's next
+            # operation waits for the slowest of them.
+            np.maximum.at(xfer[s], fp.member_group, cost_model.pp_transfer_s(member_tpr, s, fp.member_rank))
     if slowdown:
         factor = np.ones(fp.pool)
         for r, f in slowdown.items():

@@ -57,6 +57,7 @@ def flatten(plan: Plan, batch: GlobalBatch) -> FlatPlan:
         raise PlanError(f"plan names sequence id {int(bad)}, which is not in the batch")
     i64 = lambda x: np.asarray(x, dtype=np.int64)
     groups = GroupBatch(seq_len=lengths[order[pos]] if len(s_id_arr) else i64([]), seq_group=i64(s_group),
-                        size=i64(g_size), ulysses=i64(g_u), first_rank=i64(g_first))
+                        size=i64(g_size), ulysses=i64(g_u), first_rank=i64(g_first),
+                        member_rank=i64(m_rank), member_group=i64(m_group))
     return FlatPlan(plan.pool_size, plan.num_microbatches, i64(g_mb), groups, i64(m_rank), i64(m_group))
 

@@ -79,7 +79,7 @@ def test_impossible_job_says_so(capsys):
 
 @pytest.mark.parametrize("args,needle", [
     (["--policies", "nope"], "unknown policy 'nope'"),
-    (["--gpu", "a100"], "unknown GPU preset 'a100'"),
+    (["--gpu", "z100"], "unknown GPU preset 'z100'"),
     (["--trace", "no-such-preset"], "no-such-preset"),
     (["--pp", "3"], "job.pp = 3"),
     (["--scenario", "nope"], "unknown scenario 'nope'"),
