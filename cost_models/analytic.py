@@ -19,10 +19,15 @@ Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer grou
   spans), each PP transfer from its own rank's pair of stages, and cross-domain bandwidth from the NICs in
   use; with it off, the first version's pricing (contiguous groups from ``first_rank``, every PP transfer by
   pool rank 0's pair, one NIC per collective).
-* Fixed per-layer cost: every group's forward compute gets ``layers_per_stage × layer_overhead_fwd_s`` and
-  its backward ``layers_per_stage × layer_overhead_bwd_s`` (seconds per layer per microbatch on one rank,
-  from the calibration; launches, norms, RoPE, activation, residuals, framework dispatch). Added here and
-  nowhere else; it does not depend on the group's tokens, so each extra microbatch pays it again.
+* Fixed costs (CostTerms.fixed_costs; cost_models.fixed_costs): every group's forward compute gets
+  ``layers_per_stage × (layer_overhead_fwd_s + (r − 1) · ring_step_overhead_fwd_s) + microbatch_overhead_fwd_s``
+  and its backward the same with the ``_bwd_s`` fields (seconds, from the calibration; launches, norms, RoPE,
+  activation, residuals, framework dispatch, the ring's per-step launches, the schedule's P2P launches).
+  Added here and nowhere else; they do not depend on the group's tokens, so each extra microbatch and each
+  extra ring step pays them again.
+* Ends of the pipeline (CostTerms.lm_head; cost_models.head): the embedding at stage 0, the LM head and
+  loss at stage p − 1.
+* TP communication (CostTerms.tp_comm): :meth:`AnalyticCostModel.tp_comm_layer_s`.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dcpsim.cost_models import moe
 from dcpsim.cost_models.base import GroupBatch, GroupCosts
 from dcpsim.cost_models.calibration import Calibration, default_calibration
 from dcpsim.cost_models.flops import (
@@ -97,17 +103,33 @@ class AnalyticCostModel:
         crosses, inner_crosses = self.cp_crossings(groups, stage)
         ring_f, ring_b = self._ring_exposed(tokens, r, u, att_f / nl, att_b / nl, crosses)
         a2a = self._ulysses_time(tpr, u, inner_crosses)
-        fixed_f, fixed_b = nl * cal.layer_overhead_fwd_s, nl * cal.layer_overhead_bwd_s
+        fixed_f, fixed_b = self._fixed_s(r)
         tp_layer = self.tp_comm_layer_s(tpr)
         end_f, end_b, end_tp_f, end_tp_b = self.ends_s(tpr, stage)
+        # MoE: EP dispatch/combine all-to-alls (cost_models.moe), reported with the CP communication.
+        ep_f, ep_b = moe.ep_comm_s(job, cal, tpr, stage, groups.first_rank) if m.is_moe else (0.0, 0.0)
+        moe_re = moe.recompute_bwd_s(job, cal, tpr, stage) if m.is_moe else 0.0
         return GroupCosts(
             fwd_compute_s=lin_f + att_f + fixed_f + end_f,
-            fwd_comm_s=(ring_f + a2a) * nl,
-            bwd_compute_s=LINEAR_BWD_FACTOR * lin_f + att_b + fixed_b + end_b,
-            bwd_comm_s=(ring_b + a2a) * nl,
+            fwd_comm_s=(ring_f + a2a) * nl + ep_f,
+            bwd_compute_s=LINEAR_BWD_FACTOR * lin_f + att_b + fixed_b + end_b + moe_re,
+            bwd_comm_s=(ring_b + a2a) * nl + ep_b,
             fwd_tp_comm_s=tp_layer * nl + end_tp_f,
             bwd_tp_comm_s=tp_layer * nl + end_tp_b,
         )
+
+    def _fixed_s(self, r: np.ndarray) -> tuple[np.ndarray | float, np.ndarray | float]:
+        """Fixed (token-independent) forward and backward seconds of one group operation at one stage, per
+        GPU (cost_models.fixed_costs): per layer, per ring step beyond the first (r − 1 per layer), per
+        microbatch. Zero with CostTerms.fixed_costs off (then the calibration's per-layer overhead is dropped
+        too: the first version's numbers)."""
+        if not self.terms.fixed_costs:
+            return 0.0, 0.0
+        cal, nl = self._cal, self.job.layers_per_stage
+        steps = np.maximum(np.asarray(r, dtype=np.float64) - 1.0, 0.0)
+        fwd = nl * (cal.layer_overhead_fwd_s + steps * cal.ring_step_overhead_fwd_s) + cal.microbatch_overhead_fwd_s
+        bwd = nl * (cal.layer_overhead_bwd_s + steps * cal.ring_step_overhead_bwd_s) + cal.microbatch_overhead_bwd_s
+        return fwd, bwd
 
     def ends_s(self, tpr: np.ndarray, stage: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Forward and backward compute, and forward and backward TP communication (seconds), of the input
@@ -134,9 +156,11 @@ class AnalyticCostModel:
 
     def _linear_fwd_s(self, tpr: np.ndarray, stage: int = 0) -> np.ndarray:
         """Forward seconds of the stage's linear layers (QKV/O projections, SwiGLU MLP) for ``tpr`` tokens
-        per rank, on one GPU of the TP group. The one place the dense GEMMs are priced (MoE layers would
-        replace this helper)."""
+        per rank, on one GPU of the TP group. The one place the GEMMs are priced; a MoE model's stage goes
+        through cost_models.moe (router, grouped expert GEMMs, shared expert; dense layers as here)."""
         job = self.job
+        if job.model.is_moe:
+            return moe.linear_fwd_s(job, self._cal, tpr, stage)
         lin_flops = tpr * linear_fwd_flops_per_token(job.model) / job.tp * job.layers_per_stage
         return self._cal.gemm.seconds(lin_flops, tpr)
 
@@ -228,10 +252,13 @@ class AnalyticCostModel:
         """Reduce-scatter of bf16 gradients and all-gather of bf16 parameters over the pool (distributed
         optimizer), per GPU of the stage's TP shard."""
         job = self.job
-        nbytes = stage_params(job, stage) / job.tp * BF16_BYTES
+        experts = moe.stage_expert_params(job, stage) if job.model.is_moe else 0  # synced over EDP instead
+        nbytes = (stage_params(job, stage) - experts) / job.tp * BF16_BYTES
         link = "network" if bool(spans_nodes(job, stage, 0, job.pool)) else "nvlink"
         rs = self._collective_s("reduce_scatter", link, nbytes, stage, 0, job.pool)
         ag = self._collective_s("all_gather", link, nbytes, stage, 0, job.pool)
+        if experts:
+            return float(rs + ag) + moe.grad_sync_expert_s(job, self._cal, stage, link)
         return float(rs + ag)
 
     def _collective_s(self, op: str, link: str, nbytes: float, stage: int, first: int, size: int) -> float:

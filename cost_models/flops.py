@@ -17,7 +17,11 @@ ATTENTION_BWD_FACTOR = 2.5
 
 
 def linear_fwd_flops_per_token(model: ModelSpec) -> float:
-    """Forward FLOPs per token per layer of the QKV/O projections and the SwiGLU MLP."""
+    """Forward FLOPs per token per layer of the QKV/O projections and the MLP. For a MoE model: the mean over
+    layers of what one token uses (router, its k routed experts, the shared expert; ModelSpec's
+    active_params_per_layer), the count that MoE model cards and MFU use."""
+    if model.is_moe:
+        return 2.0 * model.active_params_per_layer
     return 2.0 * model.params_per_layer
 
 

@@ -255,6 +255,7 @@ class JobSpec:
     memory_reserve_gb: float = 6.0  # CUDA context, NCCL buffers, fragmentation
     max_tokens_per_rank: int | None = None
     ep: int = 1  # expert-parallel degree, carved from the pool (Megatron-Core: EP inside DP x CP)
+    moe_recompute: bool = True  # MoE layers recompute router + experts in the backward (cost_models.moe)
     # Fraction of the TP/SP all-gathers and reduce-scatters hidden behind GEMMs. 0 = all exposed, as Megatron-LM
     # runs without --tp-comm-overlap (its default); TransformerEngine's userbuffers overlap hides most of it.
     tp_comm_overlap: float = 0.0

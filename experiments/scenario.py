@@ -31,7 +31,7 @@ class Scenario:
     pool: int = 16
     context_len: int = 262144
     global_batch_tokens: int = 4 * 1024 * 1024
-    trace: str = "256k"  # a preset name or a trace file (CSV, Parquet, JSONL, JSON)
+    trace: str = "256k"  # a preset name, a distribution 'lognormal:mean=..' (traces.spec) or a trace file
     iterations: int = 1
     seed: int = 0
     policies: tuple[str, ...] = DEFAULT_POLICIES
@@ -40,6 +40,9 @@ class Scenario:
     memory_reserve_gb: float = 6.0
     cost_terms: str = "all"  # which cost-model terms are on: 'all', 'legacy', edits like 'all,-tp_comm'
     tp_comm_overlap: float = 0.0  # fraction of TP communication hidden behind GEMMs (0: Megatron's default)
+    ep: int = 1  # expert-parallel degree of a MoE model, carved from the pool (cost_models.moe)
+    moe_recompute: bool = True  # MoE layers recompute router + experts in the backward (cost_models.moe)
+    global_batch_seqs: int = 0  # > 0: global batches of this many sequences (the token budget is then unused)
     policy_options: dict[str, Any] = field(default_factory=dict)  # options passed to every policy that takes them
 
     @property
@@ -63,7 +66,7 @@ class Scenario:
         return JobSpec(model=get_model(self.model), gpu=get_gpu(self.gpu), tp=self.tp, pp=self.pp, pool=self.pool,
                        context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
                        memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank,
-                       tp_comm_overlap=self.tp_comm_overlap)
+                       tp_comm_overlap=self.tp_comm_overlap, ep=self.ep, moe_recompute=self.moe_recompute)
 
     def cost_model(self) -> AnalyticCostModel:
         cal = Calibration.load(self.calibration) if self.calibration else None
@@ -72,13 +75,16 @@ class Scenario:
     def batches(self):
         """The global batches of this scenario (one per iteration), deterministic in ``seed``."""
         from dcpsim import traces
-        if Path(self.trace).suffix:  # a file
+        from dcpsim.traces.spec import is_distribution_spec, resolve_length_source
+
+        seqs = self.global_batch_seqs or None
+        if not is_distribution_spec(self.trace) and Path(self.trace).suffix:  # a file
             tr = traces.read_trace(self.trace)
-            # A 'step' column decides the batches itself; otherwise the token budget does.
-            budget = None if tr.step is not None else self.global_batch_tokens
-            return traces.form_batches(tr, budget, self.context_len)[: self.iterations]
-        return traces.sample_batches(traces.get_preset(self.trace), self.iterations, self.global_batch_tokens,
-                                     context_len=self.context_len, seed=self.seed)
+            # A 'step' column decides the batches itself; otherwise the token budget (or sequence count) does.
+            budget = None if tr.step is not None or seqs else self.global_batch_tokens
+            return traces.form_batches(tr, budget, self.context_len, global_batch_seqs=seqs)[: self.iterations]
+        return traces.sample_batches(resolve_length_source(self.trace), self.iterations, self.global_batch_tokens,
+                                     context_len=self.context_len, seed=self.seed, global_batch_seqs=seqs)
 
 
 DEFAULT_SCENARIO = Scenario()

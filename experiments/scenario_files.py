@@ -41,8 +41,11 @@ def scenario_from_mapping(d: dict[str, Any], origin: str) -> Scenario:
         elif k == "policy_options":
             if not isinstance(v, dict):
                 raise ScenarioError(f"{origin}: 'policy_options' must be a table, got {v!r}")
-        elif isinstance(default, bool) or (default is not None and not isinstance(v, type(default))
-                                             and not (isinstance(default, float) and isinstance(v, int))):
+        elif isinstance(default, bool):
+            if not isinstance(v, bool):
+                raise ScenarioError(f"{origin}: {k} = {v!r} should be true or false")
+        elif (default is not None and not isinstance(v, type(default))
+              and not (isinstance(default, float) and isinstance(v, int))):
             raise ScenarioError(f"{origin}: {k} = {v!r} should be of type {type(default).__name__}")
         changes[k] = v
     return dataclasses.replace(DEFAULT_SCENARIO, **changes)
@@ -70,4 +73,9 @@ def load_scenario(name_or_path: str) -> Scenario:
                                 "(or a path to a .toml file)")
     data = read_toml(path, "scenario")
     data.setdefault("name", path.stem)
+    for key in ("model", "trace"):  # a relative file path is relative to the scenario file
+        v = data.get(key)
+        if isinstance(v, str) and Path(v).suffix and not Path(v).is_absolute() and not Path(v).exists() \
+                and (path.parent / v).exists():
+            data[key] = str(path.parent / v)
     return scenario_from_mapping(data, str(path))

@@ -146,6 +146,7 @@ def form_batches(
     global_batch_tokens: int | None,
     context_len: int,
     steps: int | None = None,
+    global_batch_seqs: int | None = None,
 ) -> list[GlobalBatch]:
     """Global batches from a trace (see the module docstring for the rules).
 
@@ -155,6 +156,8 @@ def form_batches(
         global_batch_tokens: token budget per batch (≥ 1); may be ``None`` only for a trace with steps.
         context_len: context window in tokens (≥ 1); longer documents are cut.
         steps: return only the first ``steps`` batches (≥ 1); ``None`` returns all of them.
+        global_batch_seqs: batches of this many consecutive sequences (pieces) instead of a token budget
+            (Megatron's global batch size; the last batch may be short); a ``step`` column still wins.
 
     Raises:
         TraceError: a bad parameter (named), a step whose tokens exceed the budget, or fewer batches than
@@ -162,7 +165,8 @@ def form_batches(
     """
     ctx = "form_batches"
     trace = trace_or_lengths if isinstance(trace_or_lengths, Trace) else Trace(trace_or_lengths, source=ctx)
-    if global_batch_tokens is None and trace.step is None:
+    seqs = None if global_batch_seqs is None else require_int(global_batch_seqs, "global_batch_seqs", 1, ctx)
+    if global_batch_tokens is None and trace.step is None and seqs is None:
         raise TraceError.bad_param(
             "global_batch_tokens", None, "an integer >= 1 (a trace without steps)", ctx
         )
@@ -177,7 +181,10 @@ def form_batches(
     ids = np.arange(pieces.size, dtype=np.int64)
     if trace.step is None:
         # One start past the limit says where the last returned batch ends.
-        starts = _greedy_starts(pieces, budget, None if limit is None else limit + 1)  # type: ignore[arg-type]
+        if seqs is not None:
+            starts = _count_starts(pieces.size, seqs, None if limit is None else limit + 1)
+        else:
+            starts = _greedy_starts(pieces, budget, None if limit is None else limit + 1)  # type: ignore[arg-type]
         bounds = starts + [pieces.size] if limit is None or len(starts) <= limit else starts
         batches = _batches(ids, pieces, bounds, list(range(len(bounds) - 1)))
     else:
@@ -215,8 +222,12 @@ def sample_batches(
     global_batch_tokens: int,
     context_len: int | None = None,
     seed: int = 0,
+    global_batch_seqs: int | None = None,
 ) -> list[GlobalBatch]:
     """``iterations`` budget-filled global batches of documents drawn from a preset.
+
+    With ``global_batch_seqs`` every batch holds exactly that many sequences (pieces) instead, whatever
+    their tokens; documents are drawn in chunks in the same way until ``iterations`` batches are full.
 
     Documents are drawn in chunks (chunk k seeded by the k-th child of ``np.random.SeedSequence(seed)``),
     cut at ``context_len`` (default: the preset's) and batched as :func:`form_batches` does, until every one
@@ -234,6 +245,9 @@ def sample_batches(
     context = spec.context_len if context_len is None else require_int(context_len, "context_len", 1, ctx)
     want = iters + 1  # one more batch than needed proves the last needed one was closed by the budget
     root = np.random.SeedSequence(require_int(seed, "seed", 0, ctx))
+    if global_batch_seqs is not None:
+        return _sample_by_count(spec, iters, require_int(global_batch_seqs, "global_batch_seqs", 1, ctx),
+                                context, root)
     chunks: list[np.ndarray] = []
     size = 4096
     while True:
@@ -248,3 +262,24 @@ def sample_batches(
     starts = _greedy_starts(pieces, budget, want)
     ids = np.arange(pieces.size, dtype=np.int64)
     return _batches(ids[: starts[-1]], pieces[: starts[-1]], starts, list(range(iters)))
+
+
+def _count_starts(n: int, seqs: int, limit: int | None = None) -> list[int]:
+    """Start index of each batch of ``seqs`` consecutive pieces out of ``n`` (at most ``limit`` batches)."""
+    starts = list(range(0, n, seqs))
+    return starts if limit is None else starts[:limit]
+
+
+def _sample_by_count(spec: TracePreset, iters: int, seqs: int, context: int,
+                     root: np.random.SeedSequence) -> list[GlobalBatch]:
+    """``iters`` batches of exactly ``seqs`` pieces drawn from ``spec`` (see :func:`sample_batches`)."""
+    need = iters * seqs
+    chunks: list[np.ndarray] = []
+    have = 0
+    while have < need:
+        chunk_seed = int(root.spawn(1)[0].generate_state(1, np.uint64)[0])
+        chunks.append(split_long(spec.sample(max(1024, need - have), chunk_seed), context))
+        have += chunks[-1].size
+    pieces = np.concatenate(chunks)[:need]
+    ids = np.arange(need, dtype=np.int64)
+    return _batches(ids, pieces, list(range(0, need + 1, seqs)), list(range(iters)))

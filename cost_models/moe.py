@@ -1,0 +1,187 @@
+"""Mixture-of-experts terms of the analytic cost model (docs/cost_model.md, "MoE").
+
+A MoE layer (``ModelSpec.is_moe_layer``) replaces the dense MLP by a router, E routed experts of which each
+token uses k, and optionally a shared expert. For one GPU of a TP group holding T tokens (a rank's tokens of
+one microbatch), per MoE layer, forward:
+
+* Attention projections: 2 · attn_params · T / t FLOPs, at the GEMM efficiency of T tokens (as a dense layer).
+* Router: 2 · h · E · T / t FLOPs (the gate GEMM), at T tokens.
+* Routed experts: 2 · k · expert_params · T / t FLOPs, as a grouped GEMM whose per-expert problems have
+  M = ep · T · k / E rows: the ep ranks of the EP group each send their T tokens to k of the E experts, and
+  with balanced routing every expert receives the same share. The efficiency is the calibration's GEMM
+  curve at that M (a grouped GEMM runs each expert's GEMM as its own tile set: CUTLASS grouped GEMM,
+  Megatron-Core's ``--moe-grouped-gemm``), so many experts with few tokens each cost more per FLOP.
+* Shared expert: 2 · shared_params · T / t FLOPs at T tokens (Qwen2-MoE).
+* Expert-parallel all-to-all (Megatron-Core ``MoEAlltoAllTokenDispatcher``): a dispatch before the experts
+  and a combine after, each an all-to-all over the ep ranks of the EP group with T · k / t tokens of h bf16
+  values per GPU (T · k · h · 2 / t bytes, the nccl-tests buffer; (ep − 1)/ep of it leaves the GPU), priced
+  by the calibration's all_to_all model on NVLink when the EP group's GPUs share a node (NVLink domain),
+  else on the network. With t > 1 the dispatcher all-gathers the received tokens over the TP group and
+  reduce-scatters them after the experts (T · k · h · 2 bytes, NVLink). The backward repeats both
+  (gradients of dispatch and combine travel the same way). Fully exposed (Megatron-Core overlaps the EP
+  all-to-all only with its ``--overlap-moe-expert-parallel-comm`` schedule, off by default).
+* Backward compute: 2x forward, as every GEMM.
+* Recomputation (``JobSpec.moe_recompute``, on by default; Megatron-Core ``--recompute-granularity selective
+  --recompute-modules moe``): the MoE part keeps only its input and runs its forward again in the backward
+  (one more forward of the router and experts, and the dispatch and combine all-to-alls again). This is what
+  makes long contexts fit: without it a token keeps k · (2h + 6 f_e) bytes per MoE layer for its experts
+  (Qwen3-30B-A3B: 70 KB, as much as the whole dense part of the layer).
+
+EP placement: Megatron-Core carves the EP group from the DP × CP ranks of a stage with TP fastest
+(``parallel_state`` "expert" rank order TP-EP-DP-PP with expert TP = TP), so pool ranks
+⌊w / ep⌋·ep .. +ep−1 form one EP group and expert data parallelism (EDP) spans the pool / ep groups.
+
+Memory and gradient sync: a GPU holds the dense part of its stage (attention, router, shared expert, dense
+layers) / t and the routed experts / (t · ep); the distributed optimizer shards the dense part's fp32 states
+over the pool (W) and the experts' over EDP = W / ep ranks, which puts 12 · P_e / (t · W) bytes of them on a
+GPU either way. The gradient sync reduce-scatters / all-gathers the dense part over the pool and the expert
+part over EDP. Activations of a MoE layer (selective recompute, Korthikanti et al. 2022's accounting): the
+dense layer's 34 · h bytes per token less its MLP's 19 · h, plus the router input (2h), and per routed copy
+the expert input (2h), the gate and up outputs (4 · f_e) and the down-projection input (2 · f_e), and the same
+for a shared expert: 15h + 2h + k · (2h + 6 f_e) [+ 2h + 6 f_s] bytes per token, / t; with recomputation
+15h + 2h.
+
+Not modelled: load imbalance across experts (routing is taken as perfectly balanced: every expert gets
+T · k / E tokens of each rank), token dropping and capacity factors, the auxiliary load-balancing loss, the
+permutation / unpermutation and top-k kernels (memory-bound; part of the fixed per-layer cost), and the fact
+that an EP all-to-all synchronises the ranks of one EP group even when they belong to different CP groups
+(each rank's all-to-all is priced at its own token count, as if its peers were ready).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dcpsim.cost_models.calibration import Calibration
+from dcpsim.cost_models.specs import JobSpec, ModelSpec
+from dcpsim.cost_models.topology import spans_nodes
+
+BF16_BYTES = 2.0
+LINEAR_BWD_FACTOR = 2.0
+DENSE_ACT = 34.0  # bytes per token per hidden unit of a dense layer (Korthikanti et al. 2022, selective recompute)
+DENSE_NON_MLP_ACT = 15.0  # those 34·h less its MLP's 19·h (same paper, §4.1)
+
+
+def stage_layers(job: JobSpec, stage: int) -> tuple[int, int]:
+    """(dense layers, MoE layers) of pipeline stage ``stage``."""
+    nl = job.layers_per_stage
+    return job.model.stage_layer_counts(stage * nl, nl)
+
+
+def stage_expert_params(job: JobSpec, stage: int) -> int:
+    """Routed-expert parameters of stage ``stage`` (all E experts of its MoE layers; sharded by EP)."""
+    return stage_layers(job, stage)[1] * job.model.experts * job.model.expert_params
+
+
+def tokens_per_expert(job: JobSpec, tpr: np.ndarray | float) -> np.ndarray:
+    """Rows M of each expert's GEMM: ep · T · k / E for T tokens per rank (balanced routing)."""
+    m = job.model
+    return job.ep * np.asarray(tpr, dtype=np.float64) * m.experts_per_token / m.experts
+
+
+def moe_mlp_fwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray) -> np.ndarray:
+    """Forward compute seconds of one MoE layer's MLP part (router, routed experts as a grouped GEMM,
+    shared expert) on one GPU for ``tpr`` tokens per rank."""
+    m, t = job.model, job.tp
+    tpr = np.asarray(tpr, dtype=np.float64)
+    dense_flops = 2.0 * (m.router_params + m.shared_expert_params) * tpr / t
+    expert_flops = 2.0 * m.experts_per_token * m.expert_params * tpr / t
+    return cal.gemm.seconds(dense_flops, tpr) + cal.gemm.seconds(expert_flops, tokens_per_expert(job, tpr))
+
+
+def moe_layer_fwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray) -> np.ndarray:
+    """Forward compute seconds of one MoE layer's GEMMs (attention projections and the MoE MLP part)."""
+    tpr = np.asarray(tpr, dtype=np.float64)
+    return cal.gemm.seconds(2.0 * job.model.attn_params * tpr / job.tp, tpr) + moe_mlp_fwd_s(job, cal, tpr)
+
+
+def recompute_bwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, stage: int) -> np.ndarray:
+    """Extra backward compute of ``stage`` when MoE layers are recomputed (``job.moe_recompute``): one more
+    forward of each MoE layer's MLP part."""
+    n_moe = stage_layers(job, stage)[1]
+    if not (n_moe and job.moe_recompute):
+        return np.zeros_like(np.asarray(tpr, dtype=np.float64))
+    return n_moe * moe_mlp_fwd_s(job, cal, tpr)
+
+
+def dense_layer_fwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray) -> np.ndarray:
+    """Forward compute seconds of one dense layer's GEMMs for ``tpr`` tokens per rank."""
+    m = job.model
+    tpr = np.asarray(tpr, dtype=np.float64)
+    return cal.gemm.seconds(2.0 * (m.attn_params + m.dense_mlp_params) * tpr / job.tp, tpr)
+
+
+def linear_fwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, stage: int) -> np.ndarray:
+    """Forward compute seconds of all linear layers of ``stage`` of a MoE model."""
+    n_dense, n_moe = stage_layers(job, stage)
+    out = n_moe * moe_layer_fwd_s(job, cal, tpr)
+    if n_dense:
+        out = out + n_dense * dense_layer_fwd_s(job, cal, tpr)
+    return out
+
+
+def ep_group_crosses(job: JobSpec, stage: int, first_rank: np.ndarray) -> np.ndarray:
+    """Whether the EP group of pool rank ``first_rank`` (ranks ⌊w/ep⌋·ep .. +ep−1) spans nodes."""
+    first = np.asarray(first_rank, dtype=np.int64) // job.ep * job.ep
+    return spans_nodes(job, stage, first, job.ep)
+
+
+def ep_comm_layer_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, crosses: np.ndarray) -> np.ndarray:
+    """Exposed EP communication of one MoE layer, forward (the backward is the same), per GPU: dispatch and
+    combine all-to-alls over the EP group, and with t > 1 the TP all-gather / reduce-scatter of the
+    received tokens."""
+    m = job.model
+    tpr = np.asarray(tpr, dtype=np.float64)
+    routed_bytes = tpr * m.experts_per_token * m.hidden * BF16_BYTES
+    out = np.zeros_like(tpr)
+    if job.ep > 1:
+        nv = cal.link("all_to_all", "nvlink").seconds("all_to_all", routed_bytes / job.tp, job.ep)
+        net = cal.link("all_to_all", "network").seconds("all_to_all", routed_bytes / job.tp, job.ep)
+        out = out + 2.0 * np.where(crosses, net, nv)
+    if job.tp > 1:
+        ag = cal.link("all_gather", "nvlink").seconds("all_gather", routed_bytes, job.tp)
+        rs = cal.link("reduce_scatter", "nvlink").seconds("reduce_scatter", routed_bytes, job.tp)
+        out = out + ag + rs
+    return out
+
+
+def ep_comm_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, stage: int,
+              first_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exposed EP communication of ``stage`` (all its MoE layers), (forward, backward); the backward is the
+    forward's again, twice when the MoE layers are recomputed (the recomputed forward dispatches again)."""
+    n_moe = stage_layers(job, stage)[1]
+    if not n_moe:
+        z = np.zeros_like(np.asarray(tpr, dtype=np.float64))
+        return z, z
+    fwd = n_moe * ep_comm_layer_s(job, cal, tpr, ep_group_crosses(job, stage, first_rank))
+    return fwd, (2.0 if job.moe_recompute else 1.0) * fwd
+
+
+def moe_activation_bytes_per_token(model: ModelSpec, recompute: bool = False) -> float:
+    """Activation bytes one token keeps in one MoE layer on a TP group (before the / t split); with
+    ``recompute`` only the MoE part's input (2h) beside the attention part."""
+    h = model.hidden
+    if recompute:
+        return DENSE_NON_MLP_ACT * h + 2 * h
+    per = DENSE_NON_MLP_ACT * h + 2 * h + model.experts_per_token * (2 * h + 6 * model.expert_ffn)
+    if model.shared_expert_ffn:
+        per += 2 * h + 6 * model.shared_expert_ffn
+    return per
+
+
+def moe_extra_activation_bytes(job: JobSpec, stage: int) -> float:
+    """Activation bytes per token on one GPU of ``stage`` that its MoE layers keep beyond the dense
+    34·h/t per layer (negative if a MoE layer keeps less than a dense one)."""
+    n_moe = stage_layers(job, stage)[1]
+    per = moe_activation_bytes_per_token(job.model, job.moe_recompute)
+    return n_moe * (per - DENSE_ACT * job.model.hidden) / job.tp
+
+
+def grad_sync_expert_s(job: JobSpec, cal: Calibration, stage: int, link: str) -> float:
+    """Reduce-scatter of bf16 expert gradients and all-gather of bf16 expert parameters over the EDP group
+    (pool / ep ranks), per GPU: its P_e / (t · ep) expert parameters."""
+    nbytes = stage_expert_params(job, stage) / (job.tp * job.ep) * BF16_BYTES
+    edp = job.pool // job.ep
+    rs = cal.link("reduce_scatter", link).seconds("reduce_scatter", nbytes, edp)
+    ag = cal.link("all_gather", link).seconds("all_gather", nbytes, edp)
+    return float(rs + ag)
