@@ -18,15 +18,18 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from dcpsim.cost_models import Calibration, CalibrationError, default_calibration, get_gpu
-from dcpsim.cost_models.calibration import published_calibration
-from dcpsim.cost_models.fitting import FitReport, factor_and_hops, fit_calibration
-from dcpsim.cost_models.profile_table import ATTENTION_OPS, COMPUTE_OPS, read_profiles, row_size, row_tflops
-from dcpsim.experiments.report import format_table
+from dcpsim.cost_models.calibration import Calibration, default_calibration, published_calibration
+from dcpsim.cost_models.errors import CalibrationError
+from dcpsim.cost_models.presets import get_gpu
+
+if TYPE_CHECKING:  # pandas and the fitting (scipy) load in run(): 'dcpsim --help' stays fast
+    import pandas as pd
+
+    from dcpsim.cost_models.fitting import FitReport
 
 NAME = "calibrate"
 HELP = "fit a calibration JSON to profile tables (kernel curves, per-layer overhead, link models)"
@@ -61,6 +64,9 @@ def _base(args: argparse.Namespace) -> Calibration:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dcpsim.cost_models.fitting import fit_calibration
+    from dcpsim.cost_models.profile_table import read_profiles
+
     profile = read_profiles(args.profiles)
     if args.device is not None:
         profile = profile[profile["device"] == args.device].reset_index(drop=True)
@@ -97,6 +103,8 @@ def _fmt_params(params: dict[str, float]) -> str:
 
 def report_text(report: FitReport) -> str:
     """Fitted terms with their errors, then the leave-one-out medians per kernel."""
+    from dcpsim.experiments.report import format_table
+
     pct = lambda v: "-" if math.isnan(v) else f"{v:.1%}"
     rows = [[t.key, t.how, _fmt_params(t.params), str(t.rows), pct(t.mape), pct(t.max_ape), t.note]
             for t in report.terms]
@@ -112,6 +120,8 @@ def write_plot(profile: pd.DataFrame, cal: Calibration, report: FitReport, path:
     bandwidth against bytes."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    from dcpsim.cost_models.profile_table import ATTENTION_OPS, COMPUTE_OPS, row_size, row_tflops
 
     compute_ops = COMPUTE_OPS
     has = {"attention": profile["op"].isin(ATTENTION_OPS).any(), "gemm": (profile["op"] == "gemm").any(),
@@ -141,6 +151,8 @@ def write_plot(profile: pd.DataFrame, cal: Calibration, report: FitReport, path:
 
 
 def _plot_attention(ax, profile: pd.DataFrame, cal: Calibration, report: FitReport) -> None:
+    from dcpsim.cost_models.profile_table import ATTENTION_OPS, row_size, row_tflops
+
     att = profile[profile["op"].isin(ATTENTION_OPS)]
     x = np.geomspace(max(row_size(att).min() / 2, 16), row_size(att).max() * 2, 200)
     for i, (key, curve) in enumerate(report.groups.items()):
@@ -160,6 +172,9 @@ def _plot_attention(ax, profile: pd.DataFrame, cal: Calibration, report: FitRepo
 
 
 def _plot_collectives(ax, profile: pd.DataFrame, cal: Calibration) -> None:
+    from dcpsim.cost_models.fitting import factor_and_hops
+    from dcpsim.cost_models.profile_table import COMPUTE_OPS
+
     coll = profile[~profile["op"].isin(COMPUTE_OPS)]
     for i, ((op, link, n), g) in enumerate(coll.groupby(["op", "link", "group_size"], sort=True)):
         nbytes = g["bytes"].to_numpy(np.float64)

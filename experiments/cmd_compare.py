@@ -17,8 +17,6 @@ import sys
 
 from dcpsim.experiments.options import add_scenario_arguments, scenario_from_args
 from dcpsim.experiments.progress import Progress
-from dcpsim.experiments.report import compare_table
-from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
 
 NAME = "compare"
 HELP = "compare policies on the same global batches (default: the built-in scenario)"
@@ -33,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dcpsim.experiments.report import compare_table
+    from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
+
     sc = scenario_from_args(args)
     specs = parse_policy_specs(args.policies) if args.policies else parse_policy_specs(",".join(sc.policies))
     sc = sc.with_(policies=tuple(s.label for s in specs))

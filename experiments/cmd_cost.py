@@ -29,7 +29,6 @@ from dcpsim.cost_models.head import embedding_compute_s, head_compute_s
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.options import positive_int
-from dcpsim.experiments.report import format_table
 from dcpsim.policies.engines import ulysses_degrees
 
 NAME = "cost"
@@ -135,6 +134,8 @@ def predict(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dcpsim.experiments.report import format_table  # pandas: loaded only when run
+
     r = predict(args)
     if args.json:
         print(json.dumps(r, sort_keys=True))

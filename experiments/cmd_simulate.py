@@ -15,8 +15,6 @@ from pathlib import Path
 
 from dcpsim.experiments.options import add_scenario_arguments, scenario_from_args
 from dcpsim.experiments.progress import Progress
-from dcpsim.experiments.report import format_table
-from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
 
 NAME = "simulate"
 HELP = "simulate one policy (default: hydra on the built-in scenario)"
@@ -34,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dcpsim.experiments.report import format_table
+    from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
+
     sc = scenario_from_args(args)
     specs = parse_policy_specs(args.policy)
     spec = specs[0]

@@ -31,13 +31,15 @@ import math
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas loads in run(): 'dcpsim --help' stays fast
+    import pandas as pd
 
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.report import format_table
+from dcpsim.experiments.options import positive_int, typed
 
 NAME = "validate"
 HELP = "run policies for real (torch.distributed) and compare with the simulator's predictions"
@@ -47,26 +49,26 @@ ORDER = 60
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("execution")
     g.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="torch.distributed backend")
-    g.add_argument("--nproc", type=int, default=4, help="processes = pool ranks (default 4)")
+    g.add_argument("--nproc", type=positive_int, default=4, help="processes = pool ranks (default 4)")
     g.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     g.add_argument("--dtype", choices=("float32", "bfloat16"), help="default: float32 on cpu, bfloat16 on cuda")
-    g.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
-    g.add_argument("--timeout", type=float, default=900.0, help="seconds before a hung run is stopped")
+    g.add_argument("--threads", type=positive_int, default=1, help="torch threads per process (default 1)")
+    g.add_argument("--timeout", type=typed(float, gt=0.0), default=900.0, help="seconds before a hung run is stopped")
     w = p.add_argument_group("workload")
     w.add_argument("--policies", default="static-cp,mcore-dcp,hydra", metavar="A,B,...",
                    help="policies to compare (default static-cp,mcore-dcp,hydra; unregistered ones are skipped)")
-    w.add_argument("--iterations", type=int, default=2, help="global batches (default 2)")
+    w.add_argument("--iterations", type=positive_int, default=2, help="global batches (default 2)")
     w.add_argument("--model", default="tiny", help="model preset (default tiny)")
     w.add_argument("--gpu", default="h200", help="GPU preset for the parts of the job spec a profile does not "
                                                 "measure: node size, peak FLOP/s (default h200)")
-    w.add_argument("--context-len", type=int, default=1024, help="longest document (default 1024)")
-    w.add_argument("--tokens", type=int, default=4096, help="tokens per global batch (default 4096)")
-    w.add_argument("--max-tokens-per-rank", type=int, help="per-rank budget (default context-len / nproc)")
-    w.add_argument("--median-len", type=float, default=160.0, help="median document length (default 160)")
-    w.add_argument("--sigma", type=float, default=1.0, help="lognormal sigma of lengths (default 1.0)")
-    w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--warmup", type=int, default=1, help="untimed passes before the first iteration (default 1)")
-    w.add_argument("--repeats", type=int, default=2,
+    w.add_argument("--context-len", type=typed(int, ge=2), default=1024, help="longest document (default 1024)")
+    w.add_argument("--tokens", type=typed(int, ge=2), default=4096, help="tokens per global batch (default 4096)")
+    w.add_argument("--max-tokens-per-rank", type=positive_int, help="per-rank budget (default context-len / nproc)")
+    w.add_argument("--median-len", type=typed(float, gt=0.0), default=160.0, help="median document length (default 160)")
+    w.add_argument("--sigma", type=typed(float, ge=0.0), default=1.0, help="lognormal sigma of lengths (default 1.0)")
+    w.add_argument("--seed", type=typed(int, ge=0), default=0)
+    w.add_argument("--warmup", type=typed(int, ge=0), default=1, help="untimed passes before the first iteration (default 1)")
+    w.add_argument("--repeats", type=positive_int, default=2,
                    help="run every policy's iterations this many times, in rounds over the policies, to measure "
                         "the run-to-run spread (default 2; 1 = no noise estimate)")
     c = p.add_argument_group("calibration")
@@ -75,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--profile-layout", choices=("concurrent", "alone"), default="concurrent",
                    help="compute profile on all --nproc processes at once (default: the run's contention for "
                         "the cores is measured) or on one process alone (the uncontended machine)")
-    c.add_argument("--profile-window", type=float, metavar="S",
+    c.add_argument("--profile-window", type=typed(float, ge=0.0), metavar="S",
                    help="compute times are means of calls over at least S timed seconds each (default 0.1, "
                         "full profile 0.25); 0 = medians of a few calls")
     c.add_argument("--no-layer-overhead", action="store_true",
@@ -130,15 +132,29 @@ def calibrate(profile: pd.DataFrame, args: argparse.Namespace, dtype: str):
     return cal, report
 
 
-def _prepare(args: argparse.Namespace):
-    """Torch and the runtime, imported lazily with a clear message when missing."""
+def _prepare(args: argparse.Namespace) -> None:
+    """Check what the arguments name (argparse checked the numbers), then torch: a bad argument is reported
+    as such even where torch is missing. Torch and the runtime are imported lazily."""
+    from dcpsim.cost_models.presets import get_gpu, get_model
+    from dcpsim.policies.registry import available_policies
+    from dcpsim.policies.spec import parse_policy_specs
+
+    get_model(args.model)
+    get_gpu(args.gpu)
+    have = set(available_policies())
+    wanted = [t.strip() for t in args.policies.split(",") if t.strip()]
+    if not any(p in have for p in wanted):
+        raise ScenarioError(f"none of the policies {wanted} is registered; valid: {', '.join(sorted(have))}")
+    for item in wanted:
+        if item.split(":")[0] in have:  # unregistered ones are skipped later, with a note
+            parse_policy_specs(item)
+    if args.profile and not Path(args.profile).is_file():
+        raise ScenarioError(f"--profile {args.profile}: no such file (a profile CSV from an earlier validate run)")
     try:
         import torch  # noqa: F401
     except ImportError:
         raise ScenarioError("dcpsim validate runs policies for real and needs torch: "
                             "pip install -e '.[runtime]'") from None
-    if args.nproc < 1 or args.iterations < 1 or args.tokens < 2 or args.context_len < 2 or args.repeats < 1:
-        raise ScenarioError("--nproc, --iterations, --repeats, --tokens and --context-len must be positive")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -267,6 +283,8 @@ def _microbatch_records(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def write_files(out: Path, workloads, simulated, results) -> None:
+    import pandas as pd
+
     sim = pd.concat([df.assign(workload=w.label, iteration=i) for w in workloads
                      for i, df in enumerate(simulated[w.label])], ignore_index=True)
     sim.to_csv(out / "simulated.csv", index=False)
@@ -289,6 +307,8 @@ def print_ranking(rk: dict[str, Any]) -> None:
 
 def print_report(doc: dict[str, Any]) -> None:
     """The per-microbatch table, the per-policy summary, the ranking line, the fit and what was written."""
+    from dcpsim.experiments.report import format_table
+
     def pct(v: float) -> str:
         return "-" if math.isnan(v) else f"{v:.1%}"
 
@@ -318,6 +338,7 @@ def print_report(doc: dict[str, Any]) -> None:
 
 def write_plot(results: dict[str, Any], path: str) -> None:
     """Two panels, log-log: rank-microbatch compute and microbatch / iteration times, predicted vs measured."""
+    import pandas as pd
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from dcpsim.experiments.scenario import DEFAULT_SCENARIO, Scenario
+from dcpsim.policies.registry import OptionType
 
 
 def positive_int(text: str) -> int:
@@ -17,6 +19,22 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be ≥ 1")
     return v
+
+
+def typed(base: type, *, ge: float | None = None, gt: float | None = None,
+          le: float | None = None) -> Callable[[str], Any]:
+    """argparse type: a value of ``base`` (int, float, bool) within the bounds, parsed and checked as a policy
+    option is (:class:`policies.registry.OptionType`): ``--timeout abc`` or ``--sigma nan`` is one line."""
+    ot = OptionType(base, ge=ge, gt=gt, le=le)
+
+    def parse(text: str) -> Any:
+        try:
+            return ot.parse(text, from_text=True)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: {e}") from None
+
+    parse.__name__ = ot.describe()
+    return parse
 
 
 def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,7 +53,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"trace preset name or a length trace file: .csv, .parquet, .jsonl, .json with a 'length' "
                         f"column and optional 'step' (default preset {d.trace})")
     g.add_argument("--iterations", type=positive_int, help=f"global batches (iterations) to simulate (default {d.iterations})")
-    g.add_argument("--seed", type=int, help=f"seed of the trace sampling (default {d.seed})")
+    g.add_argument("--seed", type=typed(int, ge=0), help=f"seed of the trace sampling (default {d.seed})")
     g.add_argument("--calibration", metavar="FILE", help="calibration JSON from 'dcpsim calibrate' (default: the GPU's shipped one)")
     g.add_argument("--max-seqlen-per-rank", type=positive_int, metavar="TOKENS",
                    help="per-rank token budget of a microbatch (default: derived from GPU memory)")
@@ -44,7 +62,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cost-terms", metavar="TERMS",
                    help="cost-model terms: 'all' (default), 'legacy' (the first model: none of the terms added "
                         "since), or edits such as 'all,-tp_comm' or 'legacy,+lm_head' (docs/cost_model.md)")
-    g.add_argument("--tp-comm-overlap", type=float, metavar="FRACTION",
+    g.add_argument("--tp-comm-overlap", type=typed(float, ge=0.0, le=1.0), metavar="FRACTION",
                    help="fraction of the TP all-gathers / reduce-scatters hidden behind GEMMs (default 0: "
                         "exposed, as Megatron-LM without --tp-comm-overlap)")
     g.add_argument("--cp-degree", type=positive_int, help="fixed CP degree of static-cp (default: smallest that fits)")

@@ -95,11 +95,23 @@ def test_no_layer_overhead_reuses_the_profile_and_zeroes_the_term(validated, tmp
     assert doc["fit"]["layer_overhead_fwd_s"]["seconds"] == 0 == doc["fit"]["layer_overhead_bwd_s"]["seconds"]
 
 
-def test_clear_errors(capsys, monkeypatch, tmp_path):
+def exit_code(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse rejected a flag's value
+        return int(e.code)
+
+
+def test_clear_errors_before_torch(capsys, monkeypatch, tmp_path):
+    """Bad arguments are reported as such with or without torch: they are checked first (no torch needed)."""
     assert main(["validate", "--policies", "nope", "--out", str(tmp_path)]) == 2
-    assert "none of the policies" in capsys.readouterr().err
-    assert main(["validate", "--repeats", "0", "--out", str(tmp_path)]) == 2
-    assert "--repeats" in capsys.readouterr().err
+    assert "none of the policies ['nope'] is registered" in capsys.readouterr().err
+    assert exit_code(["validate", "--repeats", "0", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "argument --repeats: 0 must be ≥ 1" in err and err.count("\n") == 1
+    assert main(["validate", "--model", "no-such-model", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-model" in err and err.count("\n") == 1
     real_import = builtins.__import__
 
     def no_torch(name, *args, **kwargs):
