@@ -34,18 +34,25 @@ from dcpsim.policies.spec import parse_policy_specs
 from dcpsim.real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
 from dcpsim.real_runtime.options import add_run_arguments
 from dcpsim.real_runtime.runner import TrainConfig, reference_losses, relative_errors
-from dcpsim.real_runtime.session import session_dict, session_worker
+from dcpsim.real_runtime.session import measured_timelines, session_dict, session_worker
 from dcpsim.real_runtime.workload import Workload, plan_workload, synthetic_batches
+from dcpsim.sim.timeline import Timeline
 
 
 @dataclass(frozen=True)
 class RunOutput:
-    """What a run wrote: per-iteration losses, the measured timeline, the pool's process groups."""
+    """What a run wrote: per-iteration losses, the measured timeline (every workload's and iteration's rows,
+    as in ``timeline.csv``), the pool's process groups."""
 
     losses: pd.DataFrame
     timeline: pd.DataFrame
     pool: dict[str, Any]
     out_dir: Path
+
+    def timelines(self) -> dict[tuple[str, int], Timeline]:
+        """The measured rows as one :class:`~dcpsim.sim.timeline.Timeline` per (workload label, iteration):
+        what ``sim.metrics.compute_metrics`` takes."""
+        return measured_timelines(self.timeline, int(self.pool["world"]))
 
 
 def load_outputs(out: str | Path) -> RunOutput:

@@ -21,8 +21,10 @@ Timeline: per rank and microbatch, forward and backward rows in the simulator's 
 ``compute`` rows followed by exposed CP ``comm`` rows (time blocked in the engine's communication,
 :mod:`real_runtime.timing`); per rank an ``idle`` row from its last backward to the moment the slowest rank
 is ready (the DP wait), a ``comm``/``dp`` row for the all-reduce and a ``compute`` row for the optimizer step
-(phase ``S``, microbatch -1). ``stage`` is 0; ``tokens`` is Σ L / degree of the rank's group. Extra columns
-``workload`` and ``iteration`` say which run and iteration a row belongs to.
+(phase ``S``, microbatch -1). ``stage`` is 0; ``tokens`` is Σ L / degree of the rank's group. Extra keys
+``workload`` and ``iteration`` (``session.RUN_KEYS``) say which run and iteration a row belongs to. Rank 0
+builds every iteration's rows into a :class:`~dcpsim.sim.timeline.Timeline` (``Timeline.from_records``, which
+checks each record against the one schema) before writing them (:mod:`real_runtime.session`).
 """
 
 from __future__ import annotations

@@ -41,8 +41,7 @@ class Step:
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> Step:
-        batch = GlobalBatch(np.asarray(d["seq_ids"], dtype=np.int64), np.asarray(d["lengths"], dtype=np.int64),
-                            int(d.get("step", 0)))
+        batch = GlobalBatch.of(d["lengths"], ids=d["seq_ids"], step=int(d.get("step", 0)))
         return Step(batch, Plan.from_dict(d["plan"]))
 
 
