@@ -1,18 +1,25 @@
 """Scenario files: TOML with the fields of :class:`experiments.scenario.Scenario`.
 
 Named scenarios live in ``experiments/scenarios/<name>.toml``; any other path to a ``.toml`` file works too.
-Unknown keys and wrong types are errors naming the file, the key and the valid choices.
+Unknown keys and wrong types are errors naming the file, the key and the valid choices: every scalar field is
+parsed by its annotation in :class:`~experiments.scenario.Scenario` (``int | None`` included) the way policy
+options are (:class:`policies.registry.OptionType`), the ``policies`` and ``[policy_options]`` by the policy
+registry.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.scenario import DEFAULT_SCENARIO, Scenario
+from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.registry import OPTION_METADATA, OptionType, check_shared_options
+from dcpsim.policies.spec import parse_policy_specs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -20,6 +27,31 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
+
+
+# What is valid beyond a field's type, for the fields where it is known here (the rest is checked where it is
+# used: JobSpec, the presets, the trace readers). Values come from the fields' meaning (scenario.py comments).
+FIELD_BOUNDS: dict[str, dict[str, float]] = {
+    "tp": {"ge": 1}, "pp": {"ge": 1}, "pool": {"ge": 1}, "context_len": {"ge": 1},
+    "global_batch_tokens": {"ge": 1}, "iterations": {"ge": 1}, "seed": {"ge": 0}, "max_tokens_per_rank": {"ge": 1},
+    "memory_reserve_gb": {"ge": 0.0}, "tp_comm_overlap": {"ge": 0.0, "le": 1.0}, "ep": {"ge": 1},
+    "global_batch_seqs": {"ge": 0},
+}
+
+
+def _field_types() -> dict[str, OptionType | None]:
+    """Each Scenario field's type from its annotation (None: not a scalar — policies, tables — checked by name)."""
+    hints = typing.get_type_hints(Scenario)
+    out: dict[str, OptionType | None] = {}
+    for f in dataclasses.fields(Scenario):
+        try:
+            out[f.name] = OptionType.of(hints[f.name], {OPTION_METADATA: FIELD_BOUNDS.get(f.name, {})})
+        except TypeError:
+            out[f.name] = None
+    return out
+
+
+FIELD_TYPES = _field_types()
 
 
 def scenario_names() -> list[str]:
@@ -38,14 +70,23 @@ def scenario_from_mapping(d: dict[str, Any], origin: str) -> Scenario:
             if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
                 raise ScenarioError(f"{origin}: 'policies' must be a list of policy names, got {v!r}")
             v = tuple(v)
+            try:
+                parse_policy_specs(",".join(v))
+            except PolicyError as e:
+                raise ScenarioError(f"{origin}: policies: {e}") from None
         elif k == "policy_options":
             if not isinstance(v, dict):
                 raise ScenarioError(f"{origin}: 'policy_options' must be a table, got {v!r}")
-        elif isinstance(default, bool):
-            if not isinstance(v, bool):
-                raise ScenarioError(f"{origin}: {k} = {v!r} should be true or false")
-        elif (default is not None and not isinstance(v, type(default))
-              and not (isinstance(default, float) and isinstance(v, int))):
+            try:
+                check_shared_options(v)
+            except PolicyError as e:
+                raise ScenarioError(f"{origin}: [policy_options] {e}") from None
+        elif FIELD_TYPES.get(k) is not None:  # a scalar field, checked by its annotation (Optional included)
+            try:
+                v = FIELD_TYPES[k].parse(v)  # type: ignore[union-attr]  # not None: tested above
+            except ValueError as e:
+                raise ScenarioError(f"{origin}: {k} = {v!r} is invalid: {e}") from None
+        elif not isinstance(v, type(default)):
             raise ScenarioError(f"{origin}: {k} = {v!r} should be of type {type(default).__name__}")
         changes[k] = v
     return dataclasses.replace(DEFAULT_SCENARIO, **changes)

@@ -115,7 +115,7 @@ def test_parallel_matches_serial(grid, tmp_path):
 @pytest.mark.parametrize("text, match", [
     ("[grid]\nbogus = [1]\n", "unknown key 'bogus'"),
     ("[grid]\npool = 8\n", "non-empty list"),
-    ("[grid]\npool = ['x']\n", "should be of type int"),
+    ("[grid]\npool = ['x']\n", "pool = 'x' is invalid: expected an integer ≥ 1"),
     ("[grid]\nseed = [1]\n", "use 'seeds'"),
     ("seeds = [-1]\n[grid]\npool = [8]\n", "seeds"),
     ("extra = 1\n[grid]\npool = [8]\n", "unknown key 'extra'"),
