@@ -44,13 +44,12 @@ def run(args: argparse.Namespace) -> int:
         bar = Progress(spec.label, len(batches), enabled=not (args.no_progress or args.json))
         pr = run_policy(spec, batches, cost_model, sc.policy_options, progress=bar)
         summaries.append(pr.summary(timings=True))
-        warn = memory_warning(summaries[-1], pr.gpu_memory_gib)
+        warn = memory_warning(summaries[-1])
         if warn:
             print(warn, file=sys.stderr)
     if args.json:
-        if not args.timings:
-            summaries = [dict(s, scheduling_time_s=0.0) for s in summaries]
-        print(json.dumps({"scenario": sc.to_dict(), "results": summaries}, sort_keys=True))
+        results = [(s if args.timings else s.without_timings()).to_dict() for s in summaries]
+        print(json.dumps({"scenario": sc.to_dict(), "results": results}, sort_keys=True))
     else:
         print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
               f"context {sc.context_len:,}, {sc.global_batch_tokens:,} tokens/batch, trace {sc.trace}, "

@@ -34,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.report import format_table
     from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
+    from dcpsim.sim.metric_spec import declarations
 
     sc = scenario_from_args(args)
     specs = parse_policy_specs(args.policy)
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     pr = run_policy(spec, batches, cost_model, sc.policy_options,
                     progress=Progress(spec.label, len(batches), enabled=not (args.no_progress or args.json)))
     summary = pr.summary(timings=True)
-    warn = memory_warning(summary, pr.gpu_memory_gib)
+    warn = memory_warning(summary)
     if warn:
         print(warn, file=sys.stderr)
     last = pr.iterations[-1]
@@ -57,14 +58,18 @@ def run(args: argparse.Namespace) -> int:
         from dcpsim.experiments.chrome_trace import write_chrome_trace
 
         write_chrome_trace(args.chrome_trace, last.timeline, label=spec.label,
-                           metadata={"scenario": sc.to_dict(), "policy": spec.label, "metrics": summary})
+                           metadata={"scenario": sc.to_dict(), "policy": spec.label, "metrics": summary.to_dict()})
     if args.json:
-        if not args.timings:
-            summary = dict(summary, scheduling_time_s=0.0)
-        print(json.dumps({"scenario": sc.to_dict(), "results": [summary]}, sort_keys=True))
+        result = (summary if args.timings else summary.without_timings()).to_dict()
+        print(json.dumps({"scenario": sc.to_dict(), "results": [result]}, sort_keys=True))
         return 0
     print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
           f"context {sc.context_len:,}, trace {sc.trace}, {len(batches)} iteration(s), policy {spec.label}")
-    rows = [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in summary.items() if k != "policy"]
-    print(format_table(rows, ["metric", "value"]))
+    rows = [[d.name, _value(getattr(summary.metrics, d.name)), d.unit] for d in declarations(type(summary.metrics))]
+    rows.append(["fits_memory", str(summary.fits_memory), ""])
+    print(format_table(rows, ["metric", "value", "unit"]))
     return 0
+
+
+def _value(v: float) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-COMPARE_COLUMNS = (
-    ("policy", "policy", "{}"),
-    ("iter s", "iteration_time_s", "{:.2f}"),
-    ("tok/s/GPU", "tokens_per_s_per_gpu", "{:,.0f}"),
-    ("x first", "_ratio", "{:.2f}x"),
-    ("MFU", "mfu", "{:.1%}"),
-    ("PP bubble", "pipeline_bubble", "{:.1%}"),
-    ("DP bubble", "dp_bubble", "{:.1%}"),
-    ("mb skew max", "microbatch_skew_max", "{:.2f}"),
-    ("±10%-tok ratio", "same_tokens_time_ratio", "{:.2f}"),
-    ("CP comm s", "cp_comm_s", "{:.2f}"),
-    ("mbs", "num_microbatches", "{:.0f}"),
-    ("sched ms", "scheduling_time_s", "{:.1f}"),
-    ("peak GiB", "peak_memory_gib", "{:.1f}"),
-)
+from dcpsim.sim.metric_spec import Metric, declarations
+from dcpsim.sim.metrics import Metrics
+
+if TYPE_CHECKING:
+    from dcpsim.experiments.runner import RunSummary
 
 
 def format_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
@@ -29,10 +19,16 @@ def format_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def compare_table(results: Sequence[dict[str, Any]]) -> str:
-    base = results[0]["tokens_per_s"] if results else 1.0
-    rows = []
-    for r in results:
-        r = dict(r, _ratio=r["tokens_per_s"] / base, scheduling_time_s=r["scheduling_time_s"] * 1e3)
-        rows.append([fmt.format(r[key]) for _, key, fmt in COMPARE_COLUMNS])
-    return format_table(rows, [h for h, _, _ in COMPARE_COLUMNS])
+def compare_columns(metrics_type: type = Metrics) -> tuple[Metric, ...]:
+    """The metrics ``dcpsim compare`` shows, in declaration order: those declared with a table column."""
+    return tuple(d for d in declarations(metrics_type) if d.table is not None)
+
+
+def compare_table(results: Sequence[RunSummary]) -> str:
+    """The policy label, then one column per table metric; a ``relative`` column is over the first row."""
+    decls = compare_columns(type(results[0].metrics)) if results else compare_columns()
+    cols = [(d.name, d.table) for d in decls if d.table is not None]
+    first = results[0].metrics if results else None
+    rows = [[r.policy, *(col.cell(getattr(r.metrics, name), getattr(first, name)) for name, col in cols)]
+            for r in results]
+    return format_table(rows, ["policy", *(col.header for _, col in cols)])

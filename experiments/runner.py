@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
-
-import numpy as np
 
 from dcpsim.cost_models.base import CostModel
 from dcpsim.policies import Policy, create_policy, validate_plan
 from dcpsim.policies.registry import policy_options
 from dcpsim.policies.spec import PolicySpec, parse_policy_specs
+from dcpsim.sim.metric_spec import aggregate, without_wall_clock
+from dcpsim.sim.metrics import METRIC_NAMES, Metrics
 from dcpsim.sim.simulate import IterationResult, simulate_plan
 
-__all__ = ["PolicyRun", "PolicySpec", "build_policy", "memory_warning", "parse_policy_specs", "run_policy"]
+__all__ = ["PolicyRun", "PolicySpec", "RunSummary", "build_policy", "memory_warning", "parse_policy_specs",
+           "run_policy"]
 
 
 def build_policy(spec: PolicySpec, common: dict[str, Any] | None = None) -> Policy:
@@ -30,51 +31,56 @@ def build_policy(spec: PolicySpec, common: dict[str, Any] | None = None) -> Poli
 
 
 @dataclass(frozen=True)
+class RunSummary:
+    """One policy's metrics over a run: ``metrics`` holds every declared metric aggregated over the
+    iterations as its declaration says (``sim.metrics.Metrics``: throughput = Σ tokens / Σ time, bubbles and
+    MFU averaged, skew and memory maxima, ...)."""
+
+    policy: str  # the policy's label
+    metrics: Metrics
+    iterations: int
+    num_gpus: int
+    gpu_memory_gib: float
+
+    @property
+    def fits_memory(self) -> bool:
+        """Whether the largest per-rank memory of the run fits the GPU (1e-9 relative slack)."""
+        return self.metrics.peak_memory_gib <= self.gpu_memory_gib * (1 + 1e-9)
+
+    def without_timings(self) -> RunSummary:
+        """The summary with its wall-clock metrics (scheduling time) set to 0.0: reproducible output."""
+        return replace(self, metrics=without_wall_clock(self.metrics))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``--json``'s and the sweep's record: the label, every declared metric, ``fits_memory``."""
+        return {"policy": self.policy, **self.metrics.to_dict(), "fits_memory": self.fits_memory}
+
+    @staticmethod
+    def columns() -> tuple[str, ...]:
+        """The keys of :meth:`to_dict`, in order, without a summary at hand (a failed sweep point's row)."""
+        return ("policy", *METRIC_NAMES, "fits_memory")
+
+
+@dataclass(frozen=True)
 class PolicyRun:
     spec: PolicySpec
     iterations: tuple[IterationResult, ...]
     num_gpus: int
     gpu_memory_gib: float
 
-    def summary(self, timings: bool = True) -> dict[str, Any]:
-        """Metrics over all iterations: throughput = Σ tokens / Σ time; bubbles and MFU averaged over
-        iterations; skew and memory maxima; scheduling time averaged (0.0 unless ``timings``)."""
-        ms = [r.metrics for r in self.iterations]
-        T = sum(m.iteration_time_s for m in ms)
-        tok = sum(m.tokens for m in ms)
-
-        def mean(attr: str) -> float:
-            return float(np.mean([getattr(m, attr) for m in ms]))
-
-        return {
-            "policy": self.spec.label,
-            "iteration_time_s": T / len(ms),
-            "tokens_per_s": tok / T,
-            "tokens_per_s_per_gpu": tok / T / self.num_gpus,
-            "mfu": mean("mfu"),
-            "pipeline_bubble": mean("pipeline_bubble"),
-            "pipeline_bubble_max": max(m.pipeline_bubble_max for m in ms),
-            "dp_bubble": mean("dp_bubble"),
-            "dp_bubble_max": max(m.dp_bubble_max for m in ms),
-            "microbatch_skew_max": max(m.microbatch_skew_max for m in ms),
-            "microbatch_skew_mean": mean("microbatch_skew_mean"),
-            "same_tokens_time_ratio": max(m.same_tokens_time_ratio for m in ms),
-            "cp_comm_s": mean("cp_comm_s"),
-            "pp_comm_s": mean("pp_comm_s"),
-            "dp_comm_s": mean("dp_comm_s"),
-            "num_microbatches": mean("num_microbatches"),
-            "scheduling_time_s": mean("scheduling_time_s") if timings else 0.0,
-            "peak_memory_gib": max(m.peak_memory_gib for m in ms),
-            "fits_memory": max(m.peak_memory_gib for m in ms) <= self.gpu_memory_gib * (1 + 1e-9),
-        }
+    def summary(self, timings: bool = True) -> RunSummary:
+        """Every metric aggregated over the iterations; the scheduling time is 0.0 unless ``timings``."""
+        s = RunSummary(self.spec.label, aggregate([r.metrics for r in self.iterations], self.num_gpus),
+                       len(self.iterations), self.num_gpus, self.gpu_memory_gib)
+        return s if timings else s.without_timings()
 
 
-def memory_warning(summary: dict[str, Any], gpu_memory_gib: float) -> str | None:
+def memory_warning(summary: RunSummary) -> str | None:
     """A one-line warning when a policy's plan needs more memory than the GPU has."""
-    if summary.get("fits_memory", True):
+    if summary.fits_memory:
         return None
-    return (f"warning: {summary['policy']} needs {summary['peak_memory_gib']:.1f} GiB on some rank, more than the "
-            f"GPU's {gpu_memory_gib:.1f} GiB: the plan is infeasible on this hardware")
+    return (f"warning: {summary.policy} needs {summary.metrics.peak_memory_gib:.1f} GiB on some rank, more than "
+            f"the GPU's {summary.gpu_memory_gib:.1f} GiB: the plan is infeasible on this hardware")
 
 
 def run_policy(spec: PolicySpec, batches: Sequence[Any], cost_model: CostModel,

@@ -177,7 +177,7 @@ def run_task(task: Task) -> dict[str, Any]:
         sc = scenario_from_mapping(fields, f"sweep point {task.point}")
         spec = parse_policy_specs(task.policy)[0]
         pr = run_policy(spec, sc.batches(), sc.cost_model(), sc.policy_options)
-        record["summary"] = pr.summary(timings=True)
+        record["summary"] = pr.summary(timings=True).to_dict()
         record["num_gpus"] = sc.num_gpus
     except Exception as e:  # noqa: BLE001 — recorded, not fatal: the sweep goes on
         record["error"] = f"{type(e).__name__}: {e}"
@@ -340,10 +340,12 @@ def result_row(t: Task, rec: dict[str, Any]) -> dict[str, Any]:
             continue
         row[k] = json.dumps(v, sort_keys=True) if isinstance(v, dict | list | tuple) else v
     row["num_gpus"] = t.scenario["tp"] * t.scenario["pp"] * t.scenario["pool"]
+    from dcpsim.experiments.runner import RunSummary
+
     summary = rec.get("summary") or {}
-    for k, v in summary.items():
+    for k in RunSummary.columns():  # every declared metric, in declaration order (None: the point failed)
         if k != "policy":
-            row[k] = v
+            row[k] = summary.get(k)
     row["error"] = rec.get("error") or ""
     row["elapsed_s"] = rec.get("elapsed_s", float("nan"))
     return row

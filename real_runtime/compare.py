@@ -7,8 +7,9 @@ Three levels, each an absolute percentage error ``|predicted / measured − 1|``
   communication, forward + backward (what the slowest member of the microbatch spends on it);
 * **iteration time**: the latest ``end`` of the iteration, gradient sync and optimizer step included.
 
-MAPE is the mean of the errors. The functions only read the schema's columns (``sim.timeline``), so this
-module depends on neither ``sim`` nor torch.
+MAPE is the mean of the errors. Both timelines are aggregated per (stage, rank, microbatch) by the
+simulator's own :func:`sim.metrics.rank_microbatch_sums`, so a measured and a simulated timeline are summed the
+same way; this module needs neither the simulation engine (simpy) nor torch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-KEYS = ["rank", "microbatch"]
+from dcpsim.sim.metrics import rank_microbatch_sums
+from dcpsim.sim.timeline import Timeline
+
+KEYS = ["stage", "rank", "microbatch"]
 
 
 def ape(predicted: np.ndarray | float, measured: np.ndarray | float) -> np.ndarray:
@@ -34,15 +38,9 @@ def mape(predicted: np.ndarray | Sequence[float], measured: np.ndarray | Sequenc
 
 
 def rank_microbatch_times(tl: pd.DataFrame) -> pd.DataFrame:
-    """Per (rank, microbatch) of a timeline: tokens, compute seconds and exposed CP seconds (F + B)."""
-    t = tl[tl["microbatch"] >= 0]
-    dur = (t["end"] - t["start"]).astype(np.float64)
-    comp = dur.where(t["kind"] == "compute", 0.0)
-    cp = dur.where((t["kind"] == "comm") & (t["comm"] == "cp"), 0.0)
-    df = pd.DataFrame({"rank": t["rank"].astype(int), "microbatch": t["microbatch"].astype(int),
-                       "tokens": t["tokens"].astype(np.float64), "compute_s": comp, "cp_s": cp})
-    out = df.groupby(KEYS, sort=True).agg(tokens=("tokens", "max"), compute_s=("compute_s", "sum"),
-                                         cp_s=("cp_s", "sum")).reset_index()
+    """Per (stage, rank, microbatch) of a timeline (a frame in the schema of ``sim.timeline``; extra columns
+    are ignored): tokens, compute seconds, exposed CP seconds and their sum ``busy_s`` (F + B)."""
+    out = rank_microbatch_sums(Timeline.from_frame(tl))
     out["busy_s"] = out["compute_s"] + out["cp_s"]
     return out
 
@@ -55,8 +53,8 @@ def compare_iteration(predicted: pd.DataFrame, measured: pd.DataFrame) -> dict[s
     if (rm["_merge"] != "both").any():
         bad = rm[rm["_merge"] != "both"].iloc[0]
         side = "predicted" if bad["_merge"] == "left_only" else "measured"
-        raise ValueError(f"predicted and measured timelines differ in who runs what: rank {bad['rank']}, "
-                         f"microbatch {bad['microbatch']} only in the {side} one")
+        raise ValueError(f"predicted and measured timelines differ in who runs what: stage {bad['stage']}, "
+                         f"rank {bad['rank']}, microbatch {bad['microbatch']} only in the {side} one")
     rm = rm.drop(columns="_merge")
     rm["compute_ape"] = ape(rm["compute_s_pred"], rm["compute_s_meas"])
     mb = rm.groupby("microbatch", sort=True).agg(

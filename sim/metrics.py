@@ -1,6 +1,13 @@
 """Metrics of one simulated (or measured) iteration (DESIGN §6; docs/metrics.md defines each).
 
+Each metric is declared once, on its field of :class:`Metrics` (``sim.metric_spec``): its unit, how a run
+aggregates it over iterations, and its column in ``dcpsim compare``. The run summary, the table, ``--json``,
+sweep rows and figure rows are derived from :data:`METRICS`; adding a metric is adding its field here and its
+value in :func:`compute_metrics`.
+
 All per-rank quantities are indexed by (stage, pool rank). Bubbles are fractions of the iteration time.
+:func:`rank_microbatch_sums` is the one per-(rank, microbatch) aggregation of a timeline, used by the
+metrics here and by ``real_runtime.compare`` on measured timelines.
 """
 
 from __future__ import annotations
@@ -10,33 +17,47 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from dcpsim.sim.metric_spec import MAX, MEAN, SUM, Column, Metric, declarations, metric, ratio
 from dcpsim.sim.timeline import Timeline
 
 
 @dataclass(frozen=True)
 class Metrics:
-    iteration_time_s: float
-    tokens: int
-    tokens_per_s: float
-    tokens_per_s_per_gpu: float
-    mfu: float
-    pipeline_bubble: float  # mean over ranks
-    pipeline_bubble_max: float
-    dp_bubble: float  # mean over ranks
-    dp_bubble_max: float
-    microbatch_skew_max: float  # max over (stage, microbatch) of max/min per-rank compute time
-    microbatch_skew_mean: float
-    same_tokens_time_ratio: float  # max time ratio of two rank-microbatches with tokens within ±10%
-    cp_comm_s: float  # exposed, mean per rank
-    pp_comm_s: float
-    dp_comm_s: float
-    peak_memory_gib: float  # max over ranks
-    num_microbatches: int
-    scheduling_time_s: float = 0.0
-    tp_comm_s: float = 0.0  # exposed TP (sequence-parallel) communication, mean per rank
+    """One iteration's metrics; a run's are the same type, each field aggregated as declared.
+
+    Field order is the order of the table's columns, of ``--json``'s and the sweep's and figures' rows.
+    """
+
+    iteration_time_s: float = metric("s", MEAN, table=Column("iter s", "{:.2f}"))
+    tokens: int = metric("tokens", SUM)  # of the global batch; a run: all its iterations'
+    tokens_per_s_per_gpu: float = metric("tokens/s/GPU", ratio("tokens", "iteration_time_s", per_gpu=True),
+                                         table=Column("tok/s/GPU", "{:,.0f}"))
+    tokens_per_s: float = metric("tokens/s", ratio("tokens", "iteration_time_s"),
+                                 table=Column("x first", "{:.2f}x", relative=True))
+    mfu: float = metric("fraction", MEAN, table=Column("MFU", "{:.1%}"))
+    pipeline_bubble: float = metric("fraction", MEAN, table=Column("PP bubble", "{:.1%}"))  # mean over ranks
+    pipeline_bubble_max: float = metric("fraction", MAX)  # the largest rank's
+    dp_bubble: float = metric("fraction", MEAN, table=Column("DP bubble", "{:.1%}"))  # mean over ranks
+    dp_bubble_max: float = metric("fraction", MAX)
+    # max over (stage, microbatch) of max/min per-rank compute time
+    microbatch_skew_max: float = metric("ratio", MAX, table=Column("mb skew max", "{:.2f}"))
+    microbatch_skew_mean: float = metric("ratio", MEAN)
+    # max time ratio of two rank-microbatches with tokens within ±10%
+    same_tokens_time_ratio: float = metric("ratio", MAX, table=Column("±10%-tok ratio", "{:.2f}"))
+    cp_comm_s: float = metric("s", MEAN, table=Column("CP comm s", "{:.2f}"))  # exposed, mean per rank
+    pp_comm_s: float = metric("s", MEAN)
+    dp_comm_s: float = metric("s", MEAN)
+    tp_comm_s: float = metric("s", MEAN)  # exposed TP (sequence-parallel) communication, mean per rank
+    num_microbatches: float = metric("microbatches", MEAN, table=Column("mbs", "{:.0f}"))
+    scheduling_time_s: float = metric("s", MEAN, table=Column("sched ms", "{:.1f}", scale=1e3), wall_clock=True)
+    peak_memory_gib: float = metric("GiB", MAX, table=Column("peak GiB", "{:.1f}"))  # max over ranks
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+METRICS: tuple[Metric, ...] = declarations(Metrics)
+METRIC_NAMES: tuple[str, ...] = tuple(d.name for d in METRICS)
 
 
 def per_rank_sums(tl: Timeline) -> dict[str, np.ndarray]:
@@ -59,17 +80,39 @@ def per_rank_sums(tl: Timeline) -> dict[str, np.ndarray]:
     }
 
 
+def rank_microbatch_sums(tl: Timeline) -> pd.DataFrame:
+    """One row per (stage, rank, microbatch) the rank takes part in, sorted by them: the tokens it holds
+    (Σ L / degree; the largest of its records'), its compute seconds and its exposed CP seconds, forward +
+    backward. The one per-rank-microbatch aggregation, for simulated and measured timelines alike."""
+    rows = np.asarray(tl["microbatch"]) >= 0
+    stage = np.asarray(tl["stage"])[rows]
+    rank = np.asarray(tl["rank"])[rows]
+    mb = np.asarray(tl["microbatch"])[rows]
+    cols = ("stage", "rank", "microbatch", "tokens", "compute_s", "cp_s")
+    if not rows.any():
+        return pd.DataFrame({c: np.zeros(0, dtype=np.float64 if c.endswith("_s") or c == "tokens" else np.int64)
+                             for c in cols})
+    n_rank, n_mb = int(rank.max()) + 1, int(mb.max()) + 1
+    key = (stage.astype(np.int64) * n_rank + rank) * n_mb + mb
+    uniq, inv = np.unique(key, return_inverse=True)
+    dur = np.asarray(tl.duration, dtype=np.float64)[rows]
+    kind, comm = np.asarray(tl["kind"])[rows], np.asarray(tl["comm"])[rows]
+
+    def total(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(inv[mask], weights=dur[mask], minlength=len(uniq))
+
+    tokens = np.zeros(len(uniq))
+    np.maximum.at(tokens, inv, np.asarray(tl["tokens"], dtype=np.float64)[rows])
+    return pd.DataFrame({"stage": (uniq // (n_rank * n_mb)).astype(stage.dtype),
+                         "rank": (uniq // n_mb % n_rank).astype(rank.dtype),
+                         "microbatch": (uniq % n_mb).astype(mb.dtype), "tokens": tokens,
+                         "compute_s": total(kind == "compute"), "cp_s": total((kind == "comm") & (comm == "cp"))})
+
+
 def rank_microbatch_table(tl: Timeline) -> pd.DataFrame:
     """One row per (stage, rank, microbatch) the rank takes part in: its tokens and its compute seconds
     (forward + backward), the scatter that shows 'same tokens, very different time'."""
-    mask = (tl["kind"] == "compute") & (tl["microbatch"] >= 0)
-    df = pd.DataFrame({"stage": tl["stage"][mask], "rank": tl["rank"][mask], "microbatch": tl["microbatch"][mask],
-                       "tokens": tl["tokens"][mask], "compute_s": tl.duration[mask], "phase": tl["phase"][mask]})
-    fwd = df[df.phase == "F"].set_index(["stage", "rank", "microbatch"])
-    tot = df.groupby(["stage", "rank", "microbatch"], sort=True)["compute_s"].sum()
-    out = pd.DataFrame({"tokens": fwd["tokens"].reindex(tot.index).to_numpy(), "compute_s": tot.to_numpy()},
-                       index=tot.index).reset_index()
-    return out
+    return rank_microbatch_sums(tl).drop(columns="cp_s")
 
 
 def microbatch_skew(table: pd.DataFrame) -> np.ndarray:

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from dcpsim.experiments.runner import PolicySpec, parse_policy_specs, run_policy
 from dcpsim.experiments.scenario import Scenario
+from dcpsim.sim.metrics import METRIC_NAMES
 from dcpsim.sim.simulate import IterationResult
 
 POLICY_COLOURS = {"static-cp": "#7f7f7f", "mcore-dcp": "#1f77b4", "mcore-dcp-legacy": "#9ecae1",
@@ -94,14 +95,10 @@ class FigureContext:
 
 
 def metrics_row(res: IterationResult | None, num_gpus: int) -> dict[str, Any]:
-    """The metrics of one run as a flat dict (NaNs when the run failed)."""
-    keys = ("iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "pipeline_bubble",
-            "pipeline_bubble_max", "dp_bubble", "dp_bubble_max", "microbatch_skew_max",
-            "same_tokens_time_ratio", "cp_comm_s", "num_microbatches", "scheduling_time_s")
+    """Every declared metric of one run (``sim.metrics.Metrics``) as a flat dict (NaNs when the run failed)."""
     if res is None:
-        return {k: float("nan") for k in keys} | {"ok": False}
-    m = res.metrics.to_dict()
-    return {k: m[k] for k in keys} | {"ok": True}
+        return dict.fromkeys(METRIC_NAMES, float("nan")) | {"ok": False}
+    return res.metrics.to_dict() | {"ok": True}
 
 
 def save_figure(ctx: FigureContext, fig: Figure, stem: str, data: pd.DataFrame) -> list[Path]:

@@ -44,8 +44,8 @@ def test_smallest_scenario_runs_with_a_reduced_batch():
     assert {"static-cp", "mcore-dcp"} <= set(names)
     for spec in parse_policy_specs(",".join(names)):
         pr = run_policy(spec, batches, cm, sc.policy_options)
-        s = pr.summary()
-        assert s["tokens_per_s"] > 0 and 0 <= s["pipeline_bubble"] <= 1
+        s = pr.summary().metrics
+        assert s.tokens_per_s > 0 and 0 <= s.pipeline_bubble <= 1
 
 
 def test_scenarios_command_lists_them(capsys):
