@@ -1,4 +1,4 @@
-"""Non-interleaved 1F1B: the order in which one pipeline stage runs the forwards and backwards of m microbatches.
+"""Non-interleaved 1F1B: the order in which a pipeline stage runs the forward and backward of m microbatches.
 
 Stage ``s`` of ``p`` runs ``w = min(p − s − 1, m)`` warm-up forwards F(0) … F(w − 1), then the steady state
 alternates F(w + i), B(i) for i = 0 … m − w − 1, then the cool-down runs the remaining backwards
@@ -22,7 +22,8 @@ def num_warmup(stage: int, num_stages: int, m: int) -> int:
     return min(num_stages - stage - 1, m)
 
 
-def one_f_one_b_position(stage: int, num_stages: int, m: int, phase: np.ndarray, mb: np.ndarray) -> np.ndarray:
+def one_f_one_b_position(stage: int, num_stages: int, m: int, phase: np.ndarray,
+                         mb: np.ndarray) -> np.ndarray:
     """Position (0 … 2m − 1) of each (phase, microbatch) in stage ``stage``'s 1F1B order, vectorised.
 
     With w warm-up forwards: F(k) sits at k for k < w and at 2k − w after; B(k) sits at w + 2k + 1 in the
