@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import re
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -42,14 +43,16 @@ DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
 _REQUIRED = {"lognormal": ("sigma",), "pareto": ("sigma", "tail_start", "alpha", "tail_frac")}
 _WHOLE = ("min", "max")  # whole tokens
 _SUFFIX = {"k": 1024, "m": 1024**2}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NEXT_COMPONENT = re.compile(r"\+(?=\s*[0-9.]+(?:[eE][-+]?[0-9]+)?\s*\*)")
 
 
 def is_distribution_spec(text: object) -> bool:
-    """Whether ``text`` is written as ``NAME:...`` with NAME a distribution (or ``mix``)."""
-    if not isinstance(text, str) or ":" not in text:
+    """Whether ``text`` is written as ``NAME:...`` with NAME a word (a distribution, ``mix``, or an unknown
+    name that :func:`parse_distribution` will name in its error) and is not an existing file."""
+    if not isinstance(text, str) or ":" not in text or Path(text).exists():
         return False
-    return text.split(":", 1)[0].strip() in (*DISTRIBUTIONS, "mix")
+    return _NAME.fullmatch(text.split(":", 1)[0].strip()) is not None
 
 
 def resolve_length_source(text: str) -> TracePreset:
