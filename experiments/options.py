@@ -42,16 +42,28 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("scenario (defaults: the built-in default scenario)")
     g.add_argument("--scenario", metavar="NAME|FILE",
                    help="a named scenario (see 'dcpsim scenarios') or a scenario TOML file; flags below override it")
-    g.add_argument("--model", help=f"model preset: llama3-8b, llama3-70b, tiny (default {d.model})")
-    g.add_argument("--gpu", help=f"GPU preset: h100, h200 (default {d.gpu})")
+    g.add_argument("--model", metavar="PRESET|FILE",
+                   help=f"model preset (see 'dcpsim model --list'), a Hugging Face config.json or a model .toml "
+                        f"(docs/models.md; default {d.model})")
+    g.add_argument("--gpu", metavar="PRESET|FILE",
+                   help=f"GPU preset (a100, h100, h200, b200, gb200, mi300x) or a GPU .toml file, optionally "
+                        f"on top of a preset (docs/models.md, 'GPUs and clusters'; default {d.gpu})")
     g.add_argument("--tp", type=positive_int, help=f"tensor-parallel degree; one simulator rank = TP GPUs (default {d.tp})")
     g.add_argument("--pp", type=positive_int, help=f"pipeline stages (default {d.pp})")
     g.add_argument("--pool", type=positive_int, help=f"ranks per stage, W = DP x CP (default {d.pool})")
     g.add_argument("--context-len", type=positive_int, help=f"context length in tokens; longer documents are cut (default {d.context_len})")
     g.add_argument("--global-batch-tokens", type=positive_int, help=f"tokens per global batch (default {d.global_batch_tokens})")
-    g.add_argument("--trace", metavar="PRESET|FILE",
-                   help=f"trace preset name or a length trace file: .csv, .parquet, .jsonl, .json with a 'length' "
-                        f"column and optional 'step' (default preset {d.trace})")
+    g.add_argument("--trace", metavar="PRESET|DIST|FILE",
+                   help=f"trace preset name, a length distribution such as "
+                        f"'lognormal:mean=1024,sigma=1.5,min=128,max=8192' (docs/models.md), or a length trace "
+                        f"file: .csv, .parquet, .jsonl, .json with a 'length' column and optional 'step' "
+                        f"(default preset {d.trace})")
+    g.add_argument("--global-batch-seqs", type=positive_int, metavar="N",
+                   help="sequences per global batch (Megatron's global batch size); replaces the token budget")
+    g.add_argument("--ep", type=positive_int,
+                   help=f"expert-parallel degree of a MoE model, carved from the pool (default {d.ep})")
+    g.add_argument("--moe-recompute", action=argparse.BooleanOptionalAction, default=None,
+                   help="MoE layers recompute router and experts in the backward (default: on)")
     g.add_argument("--iterations", type=positive_int, help=f"global batches (iterations) to simulate (default {d.iterations})")
     g.add_argument("--seed", type=typed(int, ge=0), help=f"seed of the trace sampling (default {d.seed})")
     g.add_argument("--calibration", metavar="FILE", help="calibration JSON from 'dcpsim calibrate' (default: the GPU's shipped one)")
@@ -81,8 +93,11 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         base = load_scenario(args.scenario)
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in
                                ("model", "gpu", "tp", "pp", "pool", "context_len", "global_batch_tokens", "trace",
-                                "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap")}
+                                "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap", "ep",
+                                "moe_recompute", "global_batch_seqs")}
     changes["max_tokens_per_rank"] = getattr(args, "max_seqlen_per_rank", None)
+    if getattr(args, "gpu", None):
+        changes["gpu_spec"] = {}  # --gpu replaces a scenario's [gpu] table
     sc = base.with_(**changes)
     opts = dict(sc.policy_options)
     for k in ("cp_engine", "cp_degree"):
