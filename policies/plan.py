@@ -141,12 +141,3 @@ def make_plan(policy: str, pool_size: int, microbatches: Iterable[Iterable[CPGro
     """Convenience constructor from nested iterables of groups."""
     return Plan(policy, pool_size, tuple(Microbatch(tuple(gs)) for gs in microbatches), meta)
 
-
-def __getattr__(name: str) -> Any:
-    # Transitional: the batch type is dcpsim.traces.batching.GlobalBatch. This alias only keeps modules that
-    # are still being written against the removed protocol importable; it goes once none imports it.
-    if name == "BatchLike":
-        from dcpsim.traces.batching import GlobalBatch
-
-        return GlobalBatch
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
