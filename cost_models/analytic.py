@@ -103,7 +103,7 @@ class AnalyticCostModel:
         crosses, inner_crosses = self.cp_crossings(groups, stage)
         ring_f, ring_b = self._ring_exposed(tokens, r, u, att_f / nl, att_b / nl, crosses)
         a2a = self._ulysses_time(tpr, u, inner_crosses)
-        fixed_f, fixed_b = self._fixed_s(r)
+        fixed_f, fixed_b = self.fixed_s(r)
         tp_layer = self.tp_comm_layer_s(tpr)
         end_f, end_b, end_tp_f, end_tp_b = self.ends_s(tpr, stage)
         # MoE: EP dispatch/combine all-to-alls (cost_models.moe), reported with the CP communication.
@@ -118,7 +118,7 @@ class AnalyticCostModel:
             bwd_tp_comm_s=tp_layer * nl + end_tp_b,
         )
 
-    def _fixed_s(self, r: np.ndarray) -> tuple[np.ndarray | float, np.ndarray | float]:
+    def fixed_s(self, r: np.ndarray) -> tuple[np.ndarray | float, np.ndarray | float]:
         """Fixed (token-independent) forward and backward seconds of one group operation at one stage, per
         GPU (cost_models.fixed_costs): per layer, per ring step beyond the first (r − 1 per layer), per
         microbatch. Zero with CostTerms.fixed_costs off (then the calibration's per-layer overhead is dropped

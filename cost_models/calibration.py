@@ -13,7 +13,9 @@
   kernel launches and framework (autograd, Python) dispatch, RMSNorm, RoPE, the SwiGLU activation, residual
   adds, reshapes and copies. It is independent of the token count to first order, so it is what makes many
   small microbatches cost more than few large ones. Fitted from ``layer_fwd`` / ``layer_bwd`` profile rows
-  (:mod:`cost_models.fitting`); 0 when not measured (the shipped GPU defaults: no published per-layer figure).
+  (:mod:`cost_models.fitting`); without them, the published kernel-count default of cost_models.fixed_costs.
+* Fixed costs per ring step beyond the first (``ring_step_overhead_{fwd,bwd}_s``) and per microbatch per
+  stage (``microbatch_overhead_{fwd,bwd}_s``), seconds; defaults and sources in cost_models.fixed_costs.
 
 Defaults come from the shipped calibration JSON of the GPU when present (``cost_models/data``), else from the
 published figures above; ``dcpsim calibrate`` produces the same JSON from profile tables.
@@ -29,6 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from dcpsim.cost_models.errors import CalibrationError
+from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
+from dcpsim.cost_models.fixed_costs import PUBLISHED as FIXED_PUBLISHED
+from dcpsim.cost_models.fixed_costs import SOURCE as FIXED_SOURCE
 from dcpsim.cost_models.specs import GPUSpec
 
 LINKS = ("nvlink", "network")
@@ -86,11 +91,15 @@ class Calibration:
     gemm: SaturatingCurve  # x = tokens of the GEMM
     comm: Mapping[str, LinkModel] = field(default_factory=dict)  # key "op:link"
     source: str = ""
-    layer_overhead_fwd_s: float = 0.0  # seconds per layer per microbatch on one rank, forward
-    layer_overhead_bwd_s: float = 0.0  # the same, backward
+    layer_overhead_fwd_s: float = FIXED_PUBLISHED["layer_overhead_fwd_s"]  # s per layer per microbatch, fwd
+    layer_overhead_bwd_s: float = FIXED_PUBLISHED["layer_overhead_bwd_s"]  # the same, backward
+    ring_step_overhead_fwd_s: float = FIXED_PUBLISHED["ring_step_overhead_fwd_s"]  # s per layer per ring step
+    ring_step_overhead_bwd_s: float = FIXED_PUBLISHED["ring_step_overhead_bwd_s"]
+    microbatch_overhead_fwd_s: float = FIXED_PUBLISHED["microbatch_overhead_fwd_s"]  # s per microbatch per stage
+    microbatch_overhead_bwd_s: float = FIXED_PUBLISHED["microbatch_overhead_bwd_s"]
 
     def __post_init__(self) -> None:
-        for f in ("layer_overhead_fwd_s", "layer_overhead_bwd_s"):
+        for f in FIXED_FIELDS:
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 raise CalibrationError(f"calibration {self.name!r}: {f} = {v!r} is invalid: expected a "
@@ -123,13 +132,12 @@ class Calibration:
                 gemm=SaturatingCurve(**d["gemm"]),
                 comm={str(k): LinkModel(**v) for k, v in d.get("comm", {}).items()},
                 source=str(d.get("source", "")),
-                layer_overhead_fwd_s=float(d.get("layer_overhead_fwd_s", 0.0)),
-                layer_overhead_bwd_s=float(d.get("layer_overhead_bwd_s", 0.0)),
+                **{f: float(d.get(f, FIXED_PUBLISHED[f])) for f in FIXED_FIELDS},
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CalibrationError(f"{origin}: missing or malformed field {e}; expected keys name, attn_fwd, "
                                    "attn_bwd, gemm (each with peak_tflops, half) and comm, optionally "
-                                   "layer_overhead_fwd_s and layer_overhead_bwd_s (seconds)") from None
+                                   f"{', '.join(FIXED_FIELDS)} (seconds)") from None
 
     @staticmethod
     def load(path: str | Path) -> Calibration:
@@ -155,7 +163,8 @@ def published_calibration(gpu: GPUSpec) -> Calibration:
         gemm=SaturatingCurve(0.8 * gpu.peak_bf16_tflops, 192.0),
         comm=comm,
         source="FlashAttention-3 paper (Shah et al. 2024) H100 figures; GEMMs at 80% of peak (Llama 3 paper); "
-               "NCCL latency model and nccl-tests bus bandwidths",
+               "NCCL latency model and nccl-tests bus bandwidths; " + FIXED_SOURCE,
+        **FIXED_PUBLISHED,
     )
 
 

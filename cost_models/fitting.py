@@ -35,6 +35,8 @@ from scipy.optimize import least_squares, lsq_linear
 
 from dcpsim.cost_models.calibration import COLLECTIVES, Calibration, LinkModel, SaturatingCurve
 from dcpsim.cost_models.errors import CalibrationError
+from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
+from dcpsim.cost_models.terms import CostTerms
 from dcpsim.cost_models.profile_table import ATTENTION_OPS, LAYER_OPS, row_flops, row_size
 
 GroupKey = tuple[str, str, int, int]  # (kernel, op, causal, head_dim)
@@ -181,7 +183,8 @@ def layer_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarr
     from dcpsim.cost_models.presets import get_gpu
     from dcpsim.cost_models.specs import JobSpec, ModelSpec
 
-    kernels = replace(cal, layer_overhead_fwd_s=0.0, layer_overhead_bwd_s=0.0)
+    kernels = replace(cal, **{f: 0.0 for f in FIXED_FIELDS})
+    layers_only = CostTerms.legacy()  # the row's own kernels: no LM head, no fixed costs, the calibration's curves
     fwd, bwd = np.zeros(len(rows)), np.zeros(len(rows))
     shape_cols = ["in_features", "out_features", "heads", "kv_heads", "head_dim"]
     pos = np.arange(len(rows))
@@ -195,7 +198,7 @@ def layer_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarr
         n = len(tokens)
         one_each = GroupBatch(seq_len=tokens, seq_group=np.arange(n), size=np.ones(n, np.int64),
                               ulysses=np.ones(n, np.int64), first_rank=np.zeros(n, np.int64))
-        costs = AnalyticCostModel(job, kernels).group_costs(one_each)
+        costs = AnalyticCostModel(job, kernels, layers_only).group_costs(one_each)
         fwd[pos[idx]], bwd[pos[idx]] = costs.fwd_compute_s, costs.bwd_compute_s
     return fwd, bwd
 
@@ -365,8 +368,7 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
            + f"; terms not in the profile from {base.name}"
            + (f"; profile sources: {' | '.join(sources)}" if sources else ""))
     cal = Calibration(name=name, attn_fwd=fwd, attn_bwd=bwd, gemm=gemm, comm=dict(sorted(comm.items())),
-                      source=src, layer_overhead_fwd_s=base.layer_overhead_fwd_s,
-                      layer_overhead_bwd_s=base.layer_overhead_bwd_s)
+                      source=src, **{f: getattr(base, f) for f in FIXED_FIELDS})
     cal, layer_terms = _fit_layer_overhead(profile, cal)
     terms[3:3] = layer_terms  # after attn_fwd, attn_bwd, gemm; before the collectives
     report = FitReport(name, kernel, d, tuple(terms), groups, group_mape, loo_summary(profile))

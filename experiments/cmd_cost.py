@@ -4,8 +4,9 @@ Times are seconds per layer on one rank (a TP group of --tp GPUs, as in the simu
 compute (forward, backward) and the *exposed* CP communication of the chosen engine. FLOPs are per GPU. The
 numbers are those the simulator uses: the command builds a one-layer job and calls the analytic model's
 group_costs on a one-group batch; attention and linear compute are told apart by pricing the job once more
-with the other kernel class made free (and no fixed per-layer overhead); the calibration's fixed per-layer
-overhead (launches, norms, activation, framework dispatch; 0 in the shipped GPU calibrations) is its own row.
+with the other kernel class made free (and no fixed costs); the fixed costs of the one-layer group operation
+(per layer, per ring step, per microbatch: launches, norms, activation, dispatch; cost_models.fixed_costs)
+are their own row, and the embedding (first stage) and LM head + loss (last stage) are reported apart.
 
 Examples:
   dcpsim cost --gpu h100 --seq-len 32768 --heads 64 --kv-heads 4 --head-dim 128 --cp 1 --json
@@ -25,6 +26,7 @@ import numpy as np
 from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_gpu, get_model
 from dcpsim.cost_models import flops as fl
 from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
+from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
 from dcpsim.cost_models.head import embedding_compute_s, head_compute_s
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.experiments.errors import ScenarioError
@@ -105,10 +107,11 @@ def predict(args: argparse.Namespace) -> dict:
                      first_rank=np.array([0], dtype=np.int64))
     layer = replace(CostTerms(), lm_head=False)  # one layer: the ends of the pipeline are reported apart
     full = AnalyticCostModel(job, cal, layer).group_costs(one)
-    kernels = replace(cal, layer_overhead_fwd_s=0.0, layer_overhead_bwd_s=0.0)
+    kernels = replace(cal, **{f: 0.0 for f in FIXED_FIELDS})
     attn = AnalyticCostModel(job, replace(kernels, gemm=FREE), layer).group_costs(one)
     lin = AnalyticCostModel(job, replace(kernels, attn_fwd=FREE, attn_bwd=FREE), layer).group_costs(one)
     tpr = np.array([L / c])
+    fixed_f, fixed_b = AnalyticCostModel(job, cal, layer).fixed_s(np.array([c / u]))
     emb_f, emb_b = embedding_compute_s(job, tpr)
     head_f, head_b = head_compute_s(job, cal, tpr)
     att_f = float(fl.attention_fwd_flops(L, model)) / args.tp / c
@@ -121,7 +124,8 @@ def predict(args: argparse.Namespace) -> dict:
         "model": {k: getattr(model, k) for k in ("hidden", "ffn", "heads", "kv_heads", "head_dim")},
         "attention_fwd_s": float(attn.fwd_compute_s[0]), "attention_bwd_s": float(attn.bwd_compute_s[0]),
         "linear_fwd_s": float(lin.fwd_compute_s[0]), "linear_bwd_s": float(lin.bwd_compute_s[0]),
-        "overhead_fwd_s": cal.layer_overhead_fwd_s, "overhead_bwd_s": cal.layer_overhead_bwd_s,
+        "overhead_fwd_s": float(np.asarray(fixed_f).reshape(-1)[0]),
+        "overhead_bwd_s": float(np.asarray(fixed_b).reshape(-1)[0]),
         "cp_comm_fwd_s": float(full.fwd_comm_s[0]), "cp_comm_bwd_s": float(full.bwd_comm_s[0]),
         "tp_comm_fwd_s": float(np.asarray(full.fwd_tp_comm_s).reshape(-1)[0]),
         "tp_comm_bwd_s": float(np.asarray(full.bwd_tp_comm_s).reshape(-1)[0]),
@@ -151,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
              tf(fp["attention_fwd"], r["attention_fwd_s"]), tf(fp["attention_bwd"], r["attention_bwd_s"])],
             ["linear", ms(r["linear_fwd_s"]), ms(r["linear_bwd_s"]), tf(fp["linear_fwd"], r["linear_fwd_s"]),
              tf(fp["linear_bwd"], r["linear_bwd_s"])],
-            ["fixed per-layer overhead", ms(r["overhead_fwd_s"]), ms(r["overhead_bwd_s"]), "", ""],
+            ["fixed costs (layer, ring steps, microbatch)", ms(r["overhead_fwd_s"]), ms(r["overhead_bwd_s"]), "", ""],
             ["CP comm (exposed)", ms(r["cp_comm_fwd_s"]), ms(r["cp_comm_bwd_s"]), "", ""],
             ["TP comm (exposed)", ms(r["tp_comm_fwd_s"]), ms(r["tp_comm_bwd_s"]), "", ""]]
     fwd = (r["attention_fwd_s"] + r["linear_fwd_s"] + r["overhead_fwd_s"] + r["cp_comm_fwd_s"]

@@ -107,7 +107,7 @@ def test_layer_overhead_adds_layers_times_overhead_to_compute_only():
     from dataclasses import replace
 
     job = small_job()
-    cal = published_calibration(job.gpu)
+    cal = replace(published_calibration(job.gpu), layer_overhead_fwd_s=0.0, layer_overhead_bwd_s=0.0)
     groups = GroupBatch(np.array([4096, 1000, 3000, 512]), np.array([0, 1, 1, 2]), np.array([4, 2, 1]),
                         np.array([1, 2, 1]), np.array([0, 4, 6]))
     base = AnalyticCostModel(job, cal).group_costs(groups)

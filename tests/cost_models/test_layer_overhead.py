@@ -12,6 +12,7 @@ from dcpsim.cost_models import Calibration, get_gpu, get_model
 from dcpsim.cost_models.calibration import published_calibration
 from dcpsim.cost_models.errors import CalibrationError
 from dcpsim.cost_models.fitting import fit_calibration, fit_overhead, layer_kernel_seconds
+from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
 from dcpsim.cost_models.profile_table import COLUMNS, validate_profile
 
 TOKENS = (32, 100, 256, 1000, 4096)
@@ -35,14 +36,19 @@ def layer_rows(cal: Calibration, model_name: str = "tiny") -> pd.DataFrame:
     return probe.assign(seconds=secs)
 
 
-def test_an_old_calibration_json_without_the_fields_loads_with_zero(tmp_path):
+def test_an_old_calibration_json_without_the_fields_loads_with_the_published_defaults(tmp_path):
+    """Missing fixed-cost fields take cost_models.fixed_costs' published kernel counts x 3.8 µs."""
     d = published_calibration(get_gpu("h100")).to_dict()
-    for k in ("layer_overhead_fwd_s", "layer_overhead_bwd_s"):
+    for k in FIXED_FIELDS:
         del d[k]
     p = tmp_path / "old.json"
     p.write_text(json.dumps(d))
     cal = Calibration.load(p)
-    assert cal.layer_overhead_fwd_s == 0.0 and cal.layer_overhead_bwd_s == 0.0
+    assert cal.layer_overhead_fwd_s == pytest.approx(13 * 3.8e-6)
+    assert cal.layer_overhead_bwd_s == pytest.approx(21 * 3.8e-6)
+    assert cal.ring_step_overhead_fwd_s == pytest.approx(5 * 3.8e-6)
+    assert cal.ring_step_overhead_bwd_s == pytest.approx(7 * 3.8e-6)
+    assert cal.microbatch_overhead_fwd_s == cal.microbatch_overhead_bwd_s == pytest.approx(2 * 3.8e-6)
 
 
 def test_overheads_round_trip_through_json(tmp_path):

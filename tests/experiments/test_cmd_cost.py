@@ -42,8 +42,10 @@ def test_example_matches_the_analytic_model(capsys):
     model = ModelSpec("m", hidden=8192, ffn=28672, layers=1, heads=64, kv_heads=4, head_dim=128, vocab=128256)
     job = JobSpec(model=model, gpu=get_gpu("h100"), tp=1, pp=1, pool=1, context_len=32768)
     gc = AnalyticCostModel(job, terms=CostTerms.parse("all,-lm_head")).group_costs(one_group(32768))
-    assert r["attention_fwd_s"] + r["linear_fwd_s"] == pytest.approx(gc.fwd_compute_s[0], rel=1e-12)
-    assert r["attention_bwd_s"] + r["linear_bwd_s"] == pytest.approx(gc.bwd_compute_s[0], rel=1e-12)
+    kern = AnalyticCostModel(job, terms=CostTerms.parse("all,-lm_head,-fixed_costs")).group_costs(one_group(32768))
+    assert r["attention_fwd_s"] + r["linear_fwd_s"] == pytest.approx(kern.fwd_compute_s[0], rel=1e-12)
+    assert r["attention_bwd_s"] + r["linear_bwd_s"] == pytest.approx(kern.bwd_compute_s[0], rel=1e-12)
+    assert r["overhead_fwd_s"] == pytest.approx(gc.fwd_compute_s[0] - kern.fwd_compute_s[0], rel=1e-9)
     assert r["cp_comm_fwd_s"] == r["cp_comm_bwd_s"] == 0.0
     assert r["total_s"] == pytest.approx(gc.total_s[0])
     assert r["flops"]["attention_fwd"] == pytest.approx(float(attention_fwd_flops(32768, model)))
@@ -127,10 +129,23 @@ def test_layer_overhead_is_its_own_term(tmp_path, capsys):
     args = ["cost", "--model", "llama3-8b", "--seq-len", "4096", "--json"]
     a = run_json(capsys, args)
     b = run_json(capsys, [*args, "--calibration", str(path)])
-    assert (a["overhead_fwd_s"], a["overhead_bwd_s"]) == (0.0, 0.0)
-    assert (b["overhead_fwd_s"], b["overhead_bwd_s"]) == (2e-4, 5e-4)
+    # CP 1: one layer, no ring step, one microbatch
+    assert a["overhead_fwd_s"] == pytest.approx(cal.layer_overhead_fwd_s + cal.microbatch_overhead_fwd_s)
+    assert a["overhead_bwd_s"] == pytest.approx(cal.layer_overhead_bwd_s + cal.microbatch_overhead_bwd_s)
+    assert b["overhead_fwd_s"] == pytest.approx(2e-4 + cal.microbatch_overhead_fwd_s)
+    assert b["overhead_bwd_s"] == pytest.approx(5e-4 + cal.microbatch_overhead_bwd_s)
     for k in ("attention_fwd_s", "attention_bwd_s", "linear_fwd_s", "linear_bwd_s"):
         assert a[k] == b[k], k
-    assert b["total_s"] == pytest.approx(a["total_s"] + 7e-4)
+    assert b["total_s"] == pytest.approx(a["total_s"] + 7e-4 - cal.layer_overhead_fwd_s - cal.layer_overhead_bwd_s)
     assert main(["cost", "--model", "llama3-8b", "--seq-len", "4096", "--calibration", str(path)]) == 0
-    assert "fixed per-layer overhead" in capsys.readouterr().out
+    assert "fixed costs" in capsys.readouterr().out
+
+
+def test_ring_steps_pay_their_fixed_cost(capsys):
+    """A ring of 8 has 7 steps beyond the local one: 7 · ring_step_overhead on top of the layer's."""
+    cal = default_calibration(get_gpu("h100"))
+    r = run_json(capsys, ["cost", "--model", "llama3-8b", "--seq-len", "65536", "--cp", "8", "--json"])
+    assert r["overhead_fwd_s"] == pytest.approx(cal.layer_overhead_fwd_s + 7 * cal.ring_step_overhead_fwd_s
+                                                + cal.microbatch_overhead_fwd_s, rel=1e-12)
+    assert r["overhead_bwd_s"] == pytest.approx(cal.layer_overhead_bwd_s + 7 * cal.ring_step_overhead_bwd_s
+                                                + cal.microbatch_overhead_bwd_s, rel=1e-12)

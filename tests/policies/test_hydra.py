@@ -114,8 +114,8 @@ def test_target_is_the_fixed_point_with_communication() -> None:
     job = job_of(pool=16)
     cm = AnalyticCostModel(job)
     rng = np.random.default_rng(0)
-    L = np.minimum(262144, np.maximum(64, rng.lognormal(8.5, 1.5, 400))).astype(np.int64)
-    M = cm.max_tokens_per_rank()
+    M = cm.max_tokens_per_rank()  # every length must fit the pool (16·M < 256K once the logits are counted)
+    L = np.minimum(16 * M, np.maximum(64, rng.lognormal(8.5, 1.5, 400))).astype(np.int64)
     grid = build_grid(L, allowed_degrees(16, "pow2", 1, "auto", job), "auto", job, cm, M)
     tm = build_target_model(grid)
 
