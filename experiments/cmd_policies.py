@@ -1,10 +1,13 @@
-"""List the registered policies and their options."""
+"""List the registered policies and their options: each option's default and what it accepts.
+
+Options are given after a policy's name: ``--policies hydra:tolerance=0.1:num_microbatches=8``.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from dcpsim.policies.registry import available_policies, policy_options
+from dcpsim.policies.registry import available_policies, policy_option_types, policy_options
 
 NAME = "policies"
 HELP = "list the registered policies and their options"
@@ -17,6 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     for name in available_policies():
-        opts = ", ".join(f"{k}={v!r}" for k, v in policy_options(name).items())
-        print(f"{name:<20} {opts}")
+        defaults, types = policy_options(name), policy_option_types(name)
+        print(name)
+        for key, default in defaults.items():
+            print(f"  {key:<36} default {default!r:<8} {types[key].describe()}")
     return 0

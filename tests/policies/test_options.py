@@ -123,3 +123,15 @@ def test_create_policy_checks_before_planning():
     with pytest.raises(PolicyError, match="option tolerance = -1 is invalid: expected a number ≥ 0 and ≤ 10"):
         create_policy("hydra", tolerance=-1)
     assert create_policy("hydra", tolerance=1).tolerance == 1.0
+
+
+def test_dcpsim_policies_lists_each_option_with_what_it_accepts(capsys):
+    from dcpsim.experiments.cli import main
+
+    assert main(["policies"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    hydra = out[out.index("hydra") + 1:]
+    assert any(ln.split() == ["tolerance", "default", "0.05", "a", "number", "≥", "0", "and", "≤", "10"]
+               for ln in hydra[:6])
+    assert any(ln.split()[:3] == ["num_microbatches", "default", "None"] and ln.endswith("an integer ≥ 1, or None")
+               for ln in hydra[:6])
