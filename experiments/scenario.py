@@ -8,8 +8,10 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from dcpsim.cost_models import AnalyticCostModel, Calibration, CostTerms, JobSpec, get_gpu, get_model
+from dcpsim.cost_models import AnalyticCostModel, Calibration, CostTerms, JobSpec, get_model
 from dcpsim.cost_models.errors import SpecError
+from dcpsim.cost_models.gpu_files import resolve_gpu
+from dcpsim.cost_models.specs import GPUSpec
 
 DEFAULT_POLICIES = ("static-cp", "mcore-dcp", "hydra")
 
@@ -25,7 +27,8 @@ class Scenario:
     name: str = "default"
     description: str = "llama3-8b on 64 H200 (TP1 PP4 pool 16) at 256K context, 256k trace preset"
     model: str = "llama3-8b"
-    gpu: str = "h200"
+    gpu: str = "h200"  # a GPU preset or a GPU .toml file (cost_models.gpu_files); the label of a [gpu] table
+    gpu_spec: dict[str, Any] = field(default_factory=dict)  # a [gpu] table (GPU fields, 'base'); wins over gpu
     tp: int = 1
     pp: int = 4
     pool: int = 16
@@ -63,10 +66,16 @@ class Scenario:
         return d
 
     def job(self) -> JobSpec:
-        return JobSpec(model=get_model(self.model), gpu=get_gpu(self.gpu), tp=self.tp, pp=self.pp, pool=self.pool,
+        return JobSpec(model=get_model(self.model), gpu=self.gpu_object(), tp=self.tp, pp=self.pp, pool=self.pool,
                        context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
                        memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank,
                        tp_comm_overlap=self.tp_comm_overlap, ep=self.ep, moe_recompute=self.moe_recompute)
+
+    def gpu_object(self) -> GPUSpec:
+        """The GPU: the ``[gpu]`` table when there is one, else the preset or file named by ``gpu``."""
+        if self.gpu_spec:
+            return resolve_gpu(self.gpu_spec, "scenario [gpu] table")
+        return resolve_gpu(self.gpu, "gpu")
 
     def cost_model(self) -> AnalyticCostModel:
         cal = Calibration.load(self.calibration) if self.calibration else None

@@ -15,6 +15,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from dcpsim.cost_models.gpu_files import gpu_from_mapping
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.scenario import DEFAULT_SCENARIO, Scenario
 from dcpsim.policies.errors import PolicyError
@@ -66,7 +67,14 @@ def scenario_from_mapping(d: dict[str, Any], origin: str) -> Scenario:
     changes: dict[str, Any] = {}
     for k, v in d.items():
         default = getattr(DEFAULT_SCENARIO, k)
-        if k == "policies":
+        if k == "gpu" and isinstance(v, dict):  # a [gpu] table (cost_models.gpu_files), checked here
+            changes["gpu_spec"] = v
+            v = gpu_from_mapping(v, f"{origin} [gpu]").name
+        elif k == "gpu_spec":
+            if not isinstance(v, dict):
+                raise ScenarioError(f"{origin}: 'gpu_spec' must be a table of GPU fields, got {v!r}")
+            gpu_from_mapping(v, f"{origin} gpu_spec")
+        elif k == "policies":
             if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
                 raise ScenarioError(f"{origin}: 'policies' must be a list of policy names, got {v!r}")
             v = tuple(v)
@@ -119,4 +127,9 @@ def load_scenario(name_or_path: str) -> Scenario:
         if isinstance(v, str) and Path(v).suffix and not Path(v).is_absolute() and not Path(v).exists() \
                 and (path.parent / v).exists():
             data[key] = str(path.parent / v)
+
+    gpu = data.get("gpu")  # a GPU file named relative to the scenario file
+    if isinstance(gpu, str) and gpu.endswith(".toml") and not Path(gpu).is_absolute() \
+            and not Path(gpu).exists() and (path.parent / gpu).exists():
+        data["gpu"] = str(path.parent / gpu)
     return scenario_from_mapping(data, str(path))

@@ -32,6 +32,18 @@ def test_invalid_plans_are_rejected_with_a_reason(groups, match):
         validate_plan(plan, B, max_tokens_per_rank=400, kv_heads_per_rank=2)
 
 
+def test_non_contiguous_groups_are_valid_but_inner_ulysses_groups_must_ascend():
+    """A group may list any ranks (the cost model prices the nodes they span); an inner Ulysses group listed
+    out of order cannot run (torch orders a process group's all-to-all by global rank)."""
+    batch = GlobalBatch.of([100, 200])
+    ok = make_plan("t", 4, [[ring([0, 2], [0]), CPGroup((1, 3), (1,), Engine("ulysses", 2, 1))]])
+    validate_plan(ok, batch, kv_heads_per_rank=2)
+    bad = make_plan("t", 4, [[CPGroup((0, 2, 3, 1), (0, 1), Engine("hybrid", 2, 2))]])
+    with pytest.raises(PlanError, match=r"inner Ulysses group \(3, 1\) of engine hybrid\(2,2\) lists its ranks "
+                                        "out of order"):
+        validate_plan(bad, batch, kv_heads_per_rank=2)
+
+
 def test_plan_json_round_trip():
     plan = make_plan("t", 8, [[ring([0, 1, 2, 3], [0]), CPGroup((4, 5, 6, 7), (1, 2), Engine("hybrid", 2, 2))],
                               [ring([0], [3])]], budget=7)
