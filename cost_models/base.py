@@ -73,7 +73,11 @@ class CostModel(Protocol):
     """Prices operations of a job. Implementations: ``AnalyticCostModel`` (DESIGN §5, calibrated) and
     ``ConstantCostModel`` (tests)."""
 
-    job: JobSpec
+    @property
+    def job(self) -> JobSpec:
+        """The job being priced. Read-only here, so frozen dataclasses (whose fields cannot be set) satisfy
+        the protocol under a type checker."""
+        ...
 
     def group_costs(self, groups: GroupBatch, stage: int = 0) -> GroupCosts:
         """Compute and exposed CP communication of each group at ``stage``."""
