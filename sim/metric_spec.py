@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -53,7 +52,11 @@ class Over:
         vals = [getattr(m, name) for m in ms]
         if self.how == "mean":
             return float(np.mean(vals))
-        return {"max": max, "min": min, "sum": sum}[self.how](vals)
+        if self.how == "max":
+            return max(vals)
+        if self.how == "min":
+            return min(vals)
+        return sum(vals)
 
     def describe(self) -> str:
         """In words, for docs and ``--help``: 'mean', 'Σ tokens / Σ iteration_time_s / GPUs', ..."""
@@ -108,7 +111,6 @@ def metric(unit: str, over: Over, *, table: Column | None = None, wall_clock: bo
     return dataclasses.field(default=default, metadata={"metric": Metric("", unit, over, table, wall_clock)})
 
 
-@cache
 def declarations(cls: type) -> tuple[Metric, ...]:
     """The metrics declared on dataclass ``cls``, in field order. Every field must be declared with
     :func:`metric`, and a ratio must name fields of ``cls``: a slip is a ``TypeError`` at import."""
