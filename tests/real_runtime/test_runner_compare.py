@@ -19,11 +19,11 @@ from dcpsim.real_runtime.compare import (
     same_ranking,
     summarise,
 )
+from dcpsim.sim.timeline import COLUMNS
 
 
 def timeline(rows):
-    cols = ["stage", "rank", "microbatch", "phase", "kind", "comm", "start", "end", "tokens"]
-    return pd.DataFrame([dict(zip(cols, r)) for r in rows])
+    return pd.DataFrame([dict(zip(COLUMNS, r)) for r in rows])
 
 
 def two_rank_timeline(scale: float, comm: float):
