@@ -2,7 +2,7 @@
 
 Three levels, each an absolute percentage error ``|predicted / measured − 1|``:
 
-* **rank-microbatch compute**: per (rank, microbatch), forward + backward ``compute`` seconds;
+* **rank-microbatch compute**: per (stage, rank, microbatch), forward + backward ``compute`` seconds;
 * **microbatch critical time**: per microbatch, the maximum over its ranks of compute + exposed CP
   communication, forward + backward (what the slowest member of the microbatch spends on it);
 * **iteration time**: the latest ``end`` of the iteration, gradient sync and optimizer step included.
