@@ -21,14 +21,14 @@ def validate_plan(plan: Plan, batch: GlobalBatch, *, max_tokens_per_rank: float 
 
     Checks: every sequence of the batch appears exactly once and no unknown id appears; groups of a
     microbatch are disjoint and use only ranks ``0..W-1``; engine sizes multiply to the group size; the
-    Ulysses degree divides the (KV) heads per rank; every inner Ulysses group (u consecutive members) lists
-    its ranks in ascending order; per-rank tokens (Σ L / degree over the rank's groups in one microbatch)
-    stay within ``max_tokens_per_rank``.
+    Ulysses degree divides the (KV) heads per rank; per-rank tokens (Σ L / degree over the rank's groups in
+    one microbatch) stay within ``max_tokens_per_rank``.
 
     Groups need not be contiguous: a group of ranks 0 and 8 is valid, and the cost model prices it by the
-    NVLink domains it spans (cost_models.topology). Only the inner order is an engine constraint: torch
-    orders a process group by global rank, so an all-to-all over members listed out of order would exchange
-    the wrong chunks (real_runtime.group_pool rejects such a group too).
+    NVLink domains it spans (cost_models.topology: its ring and inner Ulysses groups by the ranks they
+    connect). The one constraint of the real engine that is not checked here is the order of an inner
+    Ulysses group's ranks (torch orders a process group by global rank): real_runtime.group_pool rejects a
+    group whose inner groups are not ascending, with that reason, before running anything.
     """
     W = plan.pool_size
     if W < 1:
@@ -56,12 +56,6 @@ def validate_plan(plan: Plan, batch: GlobalBatch, *, max_tokens_per_rank: float 
                                 f"(ulysses {g.engine.ulysses} x ring {g.engine.ring}) but the group has "
                                 f"{g.size} ranks")
             u = g.engine.ulysses
-            for i in range(0, g.size, u) if u > 1 else ():
-                inner = list(g.ranks[i:i + u])
-                if inner != sorted(inner):
-                    raise PlanError(f"{where}: inner Ulysses group {tuple(inner)} of engine {g.engine} lists its "
-                                    "ranks out of order; list each inner group's ranks ascending (torch orders "
-                                    "a process group's all-to-all by global rank)")
             for what, n in (("KV heads", kv_heads_per_rank), ("heads", heads_per_rank)):
                 if n is not None and u > 1 and n % u:
                     raise PlanError(f"{where}: Ulysses degree {u} does not divide the {what} per rank ({n})")

@@ -32,16 +32,19 @@ def test_invalid_plans_are_rejected_with_a_reason(groups, match):
         validate_plan(plan, B, max_tokens_per_rank=400, kv_heads_per_rank=2)
 
 
-def test_non_contiguous_groups_are_valid_but_inner_ulysses_groups_must_ascend():
-    """A group may list any ranks (the cost model prices the nodes they span); an inner Ulysses group listed
-    out of order cannot run (torch orders a process group's all-to-all by global rank)."""
+def test_non_contiguous_groups_are_valid_and_the_runtime_names_what_it_cannot_run():
+    """A group may list any ranks (the cost model prices the nodes they span: tests/cost_models/
+    test_topology.py); real_runtime's group pool refuses, with the reason, an inner Ulysses group listed out
+    of order (torch orders a process group's all-to-all by global rank)."""
+    from dcpsim.real_runtime.group_pool import GroupKey, GroupPoolError
+
     batch = GlobalBatch.of([100, 200])
     ok = make_plan("t", 4, [[ring([0, 2], [0]), CPGroup((1, 3), (1,), Engine("ulysses", 2, 1))]])
     validate_plan(ok, batch, kv_heads_per_rank=2)
-    bad = make_plan("t", 4, [[CPGroup((0, 2, 3, 1), (0, 1), Engine("hybrid", 2, 2))]])
-    with pytest.raises(PlanError, match=r"inner Ulysses group \(3, 1\) of engine hybrid\(2,2\) lists its ranks "
-                                        "out of order"):
-        validate_plan(bad, batch, kv_heads_per_rank=2)
+    out_of_order = CPGroup((0, 2, 3, 1), (0, 1), Engine("hybrid", 2, 2))
+    validate_plan(make_plan("t", 4, [[out_of_order]]), batch, kv_heads_per_rank=2)
+    with pytest.raises(GroupPoolError, match=r"inner group \(3, 1\) must list its ranks in ascending order"):
+        GroupKey.of(out_of_order)
 
 
 def test_plan_json_round_trip():
