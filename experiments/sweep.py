@@ -34,7 +34,7 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +44,7 @@ import pandas as pd
 
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.scenario import Scenario
-from dcpsim.experiments.sweep_keys import code_version, point_files, task_key
+from dcpsim.experiments.sweep_keys import code_version, named_files, point_files, task_key
 
 BACKENDS = ("process", "ray")
 TOP_KEYS = {"base", "policies", "seeds", "grid", "set", "description"}
@@ -164,16 +164,17 @@ def run_task(task: Task) -> dict[str, Any]:
     """Run one task in this process; never raises for a problem of the point (the error is recorded)."""
     from dcpsim import __version__
     from dcpsim.experiments.runner import parse_policy_specs, run_policy
+    from dcpsim.experiments.scenario import DEFAULT_SCENARIO
     from dcpsim.experiments.scenario_files import scenario_from_mapping
 
     t0 = time.perf_counter()
     record = _record(task)
     try:
-        fields = dict(task.scenario)
-        for k in ("trace", "calibration"):  # as the driver sees them (a Ray worker has its own directory)
-            v = fields.get(k)
-            if isinstance(v, str) and v and (k == "calibration" or Path(v).suffix) and task.cwd and not Path(v).is_absolute():
-                fields[k] = str(Path(task.cwd) / v)
+        defaults = DEFAULT_SCENARIO.to_dict()  # default values need no re-checking (an empty [gpu] table)
+        fields = {k: v for k, v in task.scenario.items() if k not in defaults or v != defaults[k]}
+        for k, path in named_files(fields).items():  # as the driver sees them (a Ray worker has its own cwd)
+            if task.cwd and not Path(path).is_absolute():
+                fields[k] = str(Path(task.cwd) / path)
         sc = scenario_from_mapping(fields, f"sweep point {task.point}")
         spec = parse_policy_specs(task.policy)[0]
         pr = run_policy(spec, sc.batches(), sc.cost_model(), sc.policy_options)
@@ -297,7 +298,7 @@ def finish(sweep: Sweep, tasks: list[Task], out_dir: Path, computed: int, reused
 
     failed = 0
 
-    def rows():
+    def rows() -> Iterator[dict[str, Any]]:
         nonlocal failed
         failed = 0
         for t in tasks:

@@ -11,8 +11,8 @@ result is reused only when none of them changed:
   package's source folders. Edits to tests, docs or other files of the checkout do not count; an edit to any
   module or shipped data file (the GPUs' default calibrations live in ``cost_models/data``) recomputes every
   task, since which tasks a code change affects cannot be known;
-- **files**: :func:`point_files` — the sha256 of the trace file and of the calibration file when the point
-  names them (presets and the shipped calibration are code, covered above). A file that cannot be read hashes
+- **files**: :func:`point_files` — the sha256 of the trace file, the calibration file and the GPU file when
+  the point names them (presets and the shipped calibrations are code, covered above). A file that cannot be read hashes
   as ``missing``; its task then records the read error, and reruns once the file exists.
 """
 
@@ -41,20 +41,31 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def point_files(scenario: dict[str, Any], cache: dict[str, str] | None = None) -> dict[str, str]:
-    """The files a point's scenario names, by role (``trace``, ``calibration``), as sha256 digests.
+def named_files(scenario: dict[str, Any]) -> dict[str, str]:
+    """The files a scenario's fields name, by field: ``trace`` (a trace file, not a preset nor a distribution
+    spec), ``calibration`` (a calibration JSON), ``gpu`` (a GPU ``.toml`` file, not a preset)."""
+    from dcpsim.traces.spec import is_distribution_spec
 
-    Paths resolve as :meth:`Scenario.batches` and :meth:`Scenario.cost_model` resolve them (relative to the
-    working directory). ``cache`` (path → digest) lets one sweep hash each file once.
-    """
     named = {}
     trace = scenario.get("trace")
-    if isinstance(trace, str) and Path(trace).suffix:  # a preset name has no suffix
+    if isinstance(trace, str) and not is_distribution_spec(trace) and Path(trace).suffix:
         named["trace"] = trace
-    if scenario.get("calibration"):
-        named["calibration"] = str(scenario["calibration"])
+    if isinstance(scenario.get("calibration"), str) and scenario["calibration"]:
+        named["calibration"] = scenario["calibration"]
+    gpu = scenario.get("gpu")
+    if isinstance(gpu, str) and gpu.endswith(".toml"):
+        named["gpu"] = gpu
+    return named
+
+
+def point_files(scenario: dict[str, Any], cache: dict[str, str] | None = None) -> dict[str, str]:
+    """The files a point's scenario names (:func:`named_files`), by field, as sha256 digests.
+
+    Paths resolve as the scenario resolves them (relative to the working directory). ``cache`` (path →
+    digest) lets one sweep hash each file once.
+    """
     out = {}
-    for role, path in named.items():
+    for role, path in named_files(scenario).items():
         resolved = str(Path(path).resolve())
         if cache is None:
             out[role] = file_digest(resolved)

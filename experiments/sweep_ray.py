@@ -19,6 +19,8 @@ Design:
 
 from __future__ import annotations
 
+import importlib
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -32,10 +34,25 @@ MISSING_RAY = ("--backend ray needs Ray, which is not installed here: pip instal
 def import_ray() -> Any:
     """The ``ray`` module, or a :class:`ScenarioError` saying how to install it."""
     try:
-        import ray
+        return importlib.import_module("ray")  # not a static import: type checks pass without the extra
     except ImportError:
         raise ScenarioError(MISSING_RAY) from None
-    return ray
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A ``HOST:PORT`` (or ``ray://HOST:PORT``) address that accepts no TCP connection is a ScenarioError.
+
+    Without this, ``ray.init`` retries an unreachable address for minutes. ``auto`` is left to Ray.
+    """
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ScenarioError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); start one "
+                            "with 'ray start --head', or use --address auto on a node of the cluster") from None
 
 
 def connect(ray: Any, address: str | None, num_cpus: int) -> bool:
@@ -46,6 +63,8 @@ def connect(ray: Any, address: str | None, num_cpus: int) -> bool:
     if ray.is_initialized():
         return False
     kw: dict[str, Any] = {"include_dashboard": False, "logging_level": "warning", "log_to_driver": False}
+    if address:
+        check_reachable(address)
     try:
         if address:
             ray.init(address=address, **kw)

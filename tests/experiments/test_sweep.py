@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import sys
 
 import pandas as pd
 import pytest
@@ -135,3 +137,30 @@ def test_cli(grid, tmp_path, capsys):
     assert main(["sweep", str(grid), "-o", str(out), "--workers", "1", "--no-progress"]) == 0
     assert "0 computed, 16 reused" in capsys.readouterr().out
     assert main(["sweep", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_missing_ray_is_one_line(grid, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # 'import ray' raises ImportError, as without the extra
+    assert main(["sweep", str(grid), "-o", str(tmp_path / "o"), "--backend", "ray", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'dcpsim[ray]'" in err[0]
+    assert not (tmp_path / "o").exists()  # nothing started
+    assert main(["sweep", str(grid), "--address", "auto"]) == 2
+    assert capsys.readouterr().err.strip() == "dcpsim sweep: error: --address auto: only with --backend ray"
+    with pytest.raises(ValueError, match="backend 'dask' is not known; valid: process, ray"):
+        run_sweep(load_sweep(grid), tmp_path / "o", backend="dask")
+
+
+def test_ray_address_reachability():
+    from dcpsim.experiments.sweep_ray import check_reachable
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        check_reachable(f"127.0.0.1:{listening.getsockname()[1]}")  # something answers: left to Ray
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(ScenarioError, match=rf"--address ray://127.0.0.1:{port}: no Ray cluster answers there"):
+        check_reachable(f"ray://127.0.0.1:{port}", timeout_s=2)
+    check_reachable("auto")  # not HOST:PORT: Ray finds it

@@ -105,7 +105,10 @@ def test_point_files_hash_the_named_files(tmp_path, monkeypatch):
     assert file_digest(tmp_path / "t.csv") == hashlib.sha256(b"length\n100\n").hexdigest()
     assert point_files({"trace": "t.csv", "calibration": "cal.json"}) == {
         "trace": hashlib.sha256(b"length\n100\n").hexdigest(), "calibration": hashlib.sha256(b"{}").hexdigest()}
-    assert point_files({"trace": "256k", "calibration": None}) == {}  # a preset and the shipped calibration
+    assert point_files({"trace": "256k", "calibration": None, "gpu": "h200"}) == {}  # presets, shipped calibration
+    assert point_files({"trace": "lognormal:mean=1024,sigma=1.5"}) == {}  # "1.5" is no file suffix here
+    (tmp_path / "gpu.toml").write_bytes(b"base = 'h100'\n")
+    assert point_files({"gpu": "gpu.toml"}) == {"gpu": hashlib.sha256(b"base = 'h100'\n").hexdigest()}
     assert point_files({"trace": "nope.csv"}) == {"trace": "missing"}
     cache: dict[str, str] = {}
     point_files({"trace": "t.csv"}, cache)
