@@ -16,6 +16,7 @@ import pandas as pd
 
 from dcpsim.experiments.figures.common import Figure, FigureContext, new_figure, save_figure
 from dcpsim.experiments.scenario import Scenario
+from dcpsim.sim.timeline import COLUMNS
 
 KEY = "e"
 STEM = "e_pipeline_timeline"
@@ -67,8 +68,7 @@ def collect(ctx: FigureContext, sc: Scenario) -> pd.DataFrame:
         f["iteration_time_s"] = res.metrics.iteration_time_s
         frames.append(f)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["scenario", "policy", "stage", "rank", "microbatch", "phase", "kind", "comm", "start", "end",
-                 "tokens", "row", "category", "iteration_time_s"])
+        columns=["scenario", "policy", *COLUMNS, "row", "category", "iteration_time_s"])
 
 
 def _panel(ax, d: pd.DataFrame, pp: int, ranks: int) -> None:
