@@ -78,19 +78,22 @@ def assign_engines(plan: Plan, kind: str, job: JobSpec, cost_model: CostModel, b
         chosen = [engine_for(kind, g.size, job) for g in groups]
     else:
         length_of = dict(zip(np.asarray(batch.seq_ids).tolist(), np.asarray(batch.lengths).tolist()))
-        lens, gids, sizes, us, firsts, owner = [], [], [], [], [], []
+        lens, gids, sizes, us, firsts, owner, members, member_of = [], [], [], [], [], [], [], []
         for gi, g in enumerate(groups):
             for u in ulysses_degrees(g.size, job):
                 cand = len(sizes)
                 sizes.append(g.size)
                 us.append(u)
                 firsts.append(g.ranks[0])
+                members.extend(g.ranks)  # the ranks it really lists (a non-contiguous group's links)
+                member_of.extend([cand] * g.size)
                 owner.append(gi)
                 lens.extend(length_of[s] for s in g.seq_ids)
                 gids.extend([cand] * len(g.seq_ids))
         gb = GroupBatch(np.asarray(lens, dtype=np.int64), np.asarray(gids, dtype=np.int64),
                         np.asarray(sizes, dtype=np.int64), np.asarray(us, dtype=np.int64),
-                        np.asarray(firsts, dtype=np.int64))
+                        np.asarray(firsts, dtype=np.int64), np.asarray(members, dtype=np.int64),
+                        np.asarray(member_of, dtype=np.int64))
         total = cost_model.group_costs(gb).total_s
         owner_a = np.asarray(owner)
         best_u = {}
