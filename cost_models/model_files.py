@@ -6,17 +6,17 @@
 Hugging Face families (``model_type``, else the first of ``architectures``) and what is read, following each
 family's modelling code in transformers (``models/<family>/modeling_<family>.py``):
 
-======================  ==========================================================================================
-llama, mistral          dense SwiGLU; ``attention_bias`` puts biases on Q, K, V and O (Llama); Mistral: none
-qwen2                   dense SwiGLU, biases on Q, K, V (always; Qwen2Attention builds them with ``bias=True``)
-qwen3                   dense SwiGLU, per-head RMSNorm on queries and keys; ``attention_bias`` on Q, K, V, O
-mixtral                 every layer MoE: ``num_local_experts`` experts of ``intermediate_size``, top
-                        ``num_experts_per_tok``; router h × E without bias
-qwen2_moe               MoE where ``(layer + 1) % decoder_sparse_step == 0`` and layer ∉ ``mlp_only_layers``
-                        (others dense, ``intermediate_size``); experts of ``moe_intermediate_size``; a shared
-                        expert of ``shared_expert_intermediate_size`` with a sigmoid gate (h weights); Q, K, V bias
-qwen3_moe               as qwen2_moe without a shared expert; Q/K norms; ``attention_bias`` on Q, K, V, O
-======================  ==========================================================================================
+==============  ===========================================================================================
+llama, mistral  dense SwiGLU; ``attention_bias`` puts biases on Q, K, V and O (Llama); Mistral: none
+qwen2           dense SwiGLU, biases on Q, K, V (always: Qwen2Attention builds them with ``bias=True``)
+qwen3           dense SwiGLU, per-head RMSNorm on queries and keys; ``attention_bias`` on Q, K, V, O
+mixtral         every layer MoE: ``num_local_experts`` experts of ``intermediate_size``, top
+                ``num_experts_per_tok``; router h × E without bias
+qwen2_moe       MoE where ``(layer + 1) % decoder_sparse_step == 0`` and layer ∉ ``mlp_only_layers``
+                (others dense, ``intermediate_size``); experts of ``moe_intermediate_size``; a shared
+                expert of ``shared_expert_intermediate_size`` with a sigmoid gate (h weights); Q, K, V bias
+qwen3_moe       as qwen2_moe without a shared expert; Q/K norms; ``attention_bias`` on Q, K, V, O
+==============  ===========================================================================================
 
 Common fields: ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads``,
 ``num_key_value_heads`` (absent: equal to the heads, as transformers defaults it), ``head_dim`` (absent:
@@ -44,17 +44,43 @@ else:  # pragma: no cover
 DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe")
 FAMILIES = DENSE_FAMILIES + MOE_FAMILIES
-_ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
-                  "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe",
-                  "Qwen3MoeForCausalLM": "qwen3_moe"}
+_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+}
 # ModelSpec field -> the config.json key it is read from (for error messages).
-HF_KEYS = {"hidden": "hidden_size", "ffn": "intermediate_size", "layers": "num_hidden_layers",
-           "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "head_dim": "head_dim",
-           "vocab": "vocab_size", "experts": "num_experts", "experts_per_token": "num_experts_per_tok",
-           "expert_ffn": "moe_intermediate_size", "shared_expert_ffn": "shared_expert_intermediate_size",
-           "dense_layers": "mlp_only_layers"}
-_TOML_INT = ("hidden", "ffn", "layers", "heads", "kv_heads", "head_dim", "vocab", "experts",
-             "experts_per_token", "expert_ffn", "shared_expert_ffn")
+HF_KEYS = {
+    "hidden": "hidden_size",
+    "ffn": "intermediate_size",
+    "layers": "num_hidden_layers",
+    "heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads",
+    "head_dim": "head_dim",
+    "vocab": "vocab_size",
+    "experts": "num_experts",
+    "experts_per_token": "num_experts_per_tok",
+    "expert_ffn": "moe_intermediate_size",
+    "shared_expert_ffn": "shared_expert_intermediate_size",
+    "dense_layers": "mlp_only_layers",
+}
+_TOML_INT = (
+    "hidden",
+    "ffn",
+    "layers",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "vocab",
+    "experts",
+    "experts_per_token",
+    "expert_ffn",
+    "shared_expert_ffn",
+)
 _TOML_BOOL = ("tied_embeddings", "qkv_bias", "o_bias", "qk_norm", "shared_expert_gate")
 _TOML_STR = ("name", "mlp", "source")
 TOML_KEYS = _TOML_STR + _TOML_INT + _TOML_BOOL + ("dense_layers",)
@@ -103,8 +129,10 @@ def _family(cfg: dict[str, Any], origin: str) -> str:
         archs = cfg.get("architectures") or []
         mt = _ARCHITECTURES.get(archs[0]) if isinstance(archs, list) and archs else None
         if mt is None:
-            raise SpecError(f"{origin}: no 'model_type' and no known 'architectures' entry ({archs!r}); "
-                            f"valid model_type: {', '.join(FAMILIES)}")
+            raise SpecError(
+                f"{origin}: no 'model_type' and no known 'architectures' entry ({archs!r}); "
+                f"valid model_type: {', '.join(FAMILIES)}"
+            )
     if mt not in FAMILIES:
         raise SpecError(f"{origin}: model_type = {mt!r} is not supported; valid: {', '.join(FAMILIES)}")
     return mt
@@ -133,57 +161,94 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> ModelSpe
     fam = _family(cfg, origin)
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
-        raise SpecError(f"{origin}: field 'hidden_act' = {act!r} is not supported for {fam}; valid: silu, swish")
+        raise SpecError(
+            f"{origin}: field 'hidden_act' = {act!r} is not supported for {fam}; valid: silu, swish"
+        )
     if _bool(cfg, "mlp_bias", origin):
         raise SpecError(f"{origin}: field 'mlp_bias' = true is not supported; valid: false")
     window = cfg.get("sliding_window")
-    if window is not None and cfg.get("use_sliding_window", fam in ("mistral", "mixtral")) \
-            and window < cfg.get("max_position_embeddings", window + 1):
-        raise SpecError(f"{origin}: field 'sliding_window' = {window!r}: sliding-window attention is not "
-                        "modelled (the attention cost assumes full causal attention); valid: null, or "
-                        "use_sliding_window = false")
+    if (
+        window is not None
+        and cfg.get("use_sliding_window", fam in ("mistral", "mixtral"))
+        and window < cfg.get("max_position_embeddings", window + 1)
+    ):
+        raise SpecError(
+            f"{origin}: field 'sliding_window' = {window!r}: sliding-window attention is not "
+            "modelled (the attention cost assumes full causal attention); valid: null, or "
+            "use_sliding_window = false"
+        )
     hidden = _int(cfg, "hidden_size", origin)
     heads = _int(cfg, "num_attention_heads", origin)
     kv = _int(cfg, "num_key_value_heads", origin, default=heads)
     if "head_dim" in cfg and cfg["head_dim"] is not None:
         head_dim = _int(cfg, "head_dim", origin)
     elif hidden % heads:
-        raise SpecError(f"{origin}: field 'head_dim' is missing and hidden_size = {hidden} is not divisible by "
-                        f"num_attention_heads = {heads}; give head_dim")
+        raise SpecError(
+            f"{origin}: field 'head_dim' is missing and hidden_size = {hidden} is not divisible by "
+            f"num_attention_heads = {heads}; give head_dim"
+        )
     else:
         head_dim = hidden // heads
     layers = _int(cfg, "num_hidden_layers", origin)
     attn_bias = _bool(cfg, "attention_bias", origin)
     kw: dict[str, Any] = dict(
-        name=_name(cfg, origin, fam), hidden=hidden,
-        ffn=_int(cfg, "intermediate_size", origin), layers=layers, heads=heads, kv_heads=kv, head_dim=head_dim,
-        vocab=_int(cfg, "vocab_size", origin), tied_embeddings=_bool(cfg, "tie_word_embeddings", origin),
-        qkv_bias=attn_bias or fam in ("qwen2", "qwen2_moe"), o_bias=attn_bias and fam not in ("qwen2", "qwen2_moe"),
-        qk_norm=fam in ("qwen3", "qwen3_moe"), source=f"{origin} (Hugging Face config, family {fam})")
+        name=_name(cfg, origin, fam),
+        hidden=hidden,
+        ffn=_int(cfg, "intermediate_size", origin),
+        layers=layers,
+        heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        vocab=_int(cfg, "vocab_size", origin),
+        tied_embeddings=_bool(cfg, "tie_word_embeddings", origin),
+        qkv_bias=attn_bias or fam in ("qwen2", "qwen2_moe"),
+        o_bias=attn_bias and fam not in ("qwen2", "qwen2_moe"),
+        qk_norm=fam in ("qwen3", "qwen3_moe"),
+        source=f"{origin} (Hugging Face config, family {fam})",
+    )
     if fam == "mixtral":
-        kw.update(experts=_int(cfg, "num_local_experts", origin), expert_ffn=kw["ffn"],
-                  experts_per_token=_int(cfg, "num_experts_per_tok", origin))
+        kw.update(
+            experts=_int(cfg, "num_local_experts", origin),
+            expert_ffn=kw["ffn"],
+            experts_per_token=_int(cfg, "num_experts_per_tok", origin),
+        )
     elif fam in ("qwen2_moe", "qwen3_moe"):
         experts = _int(cfg, "num_experts", origin, minimum=0)
         if experts:
             step = _int(cfg, "decoder_sparse_step", origin, default=1)
             only = cfg.get("mlp_only_layers") or []
-            if not (isinstance(only, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in only)):
-                raise SpecError(f"{origin}: field 'mlp_only_layers' = {only!r} is invalid; expected a list of "
-                                "layer indices")
+            if not (
+                isinstance(only, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in only)
+            ):
+                raise SpecError(
+                    f"{origin}: field 'mlp_only_layers' = {only!r} is invalid; expected a list of "
+                    "layer indices"
+                )
             bad = [i for i in only if not 0 <= i < layers]
             if bad:
-                raise SpecError(f"{origin}: field 'mlp_only_layers' holds {bad[0]}; expected layer indices in "
-                                f"0..{layers - 1}")
+                raise SpecError(
+                    f"{origin}: field 'mlp_only_layers' holds {bad[0]}; expected layer indices in "
+                    f"0..{layers - 1}"
+                )
             dense = tuple(i for i in range(layers) if i in only or (i + 1) % step)
-            kw.update(experts=experts, experts_per_token=_int(cfg, "num_experts_per_tok", origin),
-                      expert_ffn=_int(cfg, "moe_intermediate_size", origin), dense_layers=dense)
+            kw.update(
+                experts=experts,
+                experts_per_token=_int(cfg, "num_experts_per_tok", origin),
+                expert_ffn=_int(cfg, "moe_intermediate_size", origin),
+                dense_layers=dense,
+            )
             if fam == "qwen2_moe":
                 shared = _int(cfg, "shared_expert_intermediate_size", origin, minimum=0)
                 kw.update(shared_expert_ffn=shared, shared_expert_gate=shared > 0)
             if len(dense) == layers:
-                kw.update(experts=0, experts_per_token=0, expert_ffn=0, shared_expert_ffn=0,
-                          shared_expert_gate=False, dense_layers=())
+                kw.update(
+                    experts=0,
+                    experts_per_token=0,
+                    expert_ffn=0,
+                    shared_expert_ffn=0,
+                    shared_expert_gate=False,
+                    dense_layers=(),
+                )
     return _build(kw, origin, HF_KEYS)
 
 
@@ -214,17 +279,23 @@ def from_toml_mapping(data: dict[str, Any], origin: str = "model.toml") -> Model
             raise SpecError(f"{origin}: field {k!r} = {v!r} is invalid; expected true or false")
         if k in _TOML_STR and not isinstance(v, str):
             raise SpecError(f"{origin}: field {k!r} = {v!r} is invalid; expected a string")
-    if "dense_layers" in data and not (isinstance(data["dense_layers"], list) and all(
-            isinstance(i, int) and not isinstance(i, bool) for i in data["dense_layers"])):
-        raise SpecError(f"{origin}: field 'dense_layers' = {data['dense_layers']!r} is invalid; expected a list "
-                        "of layer indices")
+    if "dense_layers" in data and not (
+        isinstance(data["dense_layers"], list)
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in data["dense_layers"])
+    ):
+        raise SpecError(
+            f"{origin}: field 'dense_layers' = {data['dense_layers']!r} is invalid; expected a list "
+            "of layer indices"
+        )
     kw = dict(data)
     kw.setdefault("name", Path(origin).stem)
     kw.setdefault("kv_heads", kw["heads"])
     if "head_dim" not in kw:
         if kw["heads"] <= 0 or kw["hidden"] % kw["heads"]:
-            raise SpecError(f"{origin}: field 'head_dim' is missing and hidden = {kw['hidden']} is not divisible "
-                            f"by heads = {kw['heads']}; give head_dim")
+            raise SpecError(
+                f"{origin}: field 'head_dim' is missing and hidden = {kw['hidden']} is not divisible "
+                f"by heads = {kw['heads']}; give head_dim"
+            )
         kw["head_dim"] = kw["hidden"] // kw["heads"]
     kw["dense_layers"] = tuple(kw.get("dense_layers", ()))
     kw.setdefault("source", f"{origin} (model TOML)")

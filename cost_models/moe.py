@@ -51,14 +51,15 @@ that an EP all-to-all synchronises the ranks of one EP group even when they belo
 from __future__ import annotations
 
 import numpy as np
-
 from dcpsim.cost_models.calibration import Calibration
 from dcpsim.cost_models.specs import JobSpec, ModelSpec
 from dcpsim.cost_models.topology import spans_nodes
 
 BF16_BYTES = 2.0
 LINEAR_BWD_FACTOR = 2.0
-DENSE_ACT = 34.0  # bytes per token per hidden unit of a dense layer (Korthikanti et al. 2022, selective recompute)
+DENSE_ACT = (
+    34.0  # bytes per token per hidden unit of a dense layer (Korthikanti et al. 2022, selective recompute)
+)
 DENSE_NON_MLP_ACT = 15.0  # those 34·h less its MLP's 19·h (same paper, §4.1)
 
 
@@ -145,8 +146,9 @@ def ep_comm_layer_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, crosses: np
     return out
 
 
-def ep_comm_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, stage: int,
-              first_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def ep_comm_s(
+    job: JobSpec, cal: Calibration, tpr: np.ndarray, stage: int, first_rank: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Exposed EP communication of ``stage`` (all its MoE layers), (forward, backward); the backward is the
     forward's again, twice when the MoE layers are recomputed (the recomputed forward dispatches again)."""
     n_moe = stage_layers(job, stage)[1]

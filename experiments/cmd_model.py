@@ -39,15 +39,16 @@ COUNT_SOURCES = {
     "dense_layer_total": "attention + dense_mlp + norms",
     "norms": "2·h per layer (two RMSNorms), plus 2·d with Q/K norms (Qwen3); a final h",
     "embedding": "V·h input embedding, plus V·h output head unless tied",
-    "linear_fwd_flops_per_token_layer": "2 × the matrix weights one token uses per layer (norms not counted), "
-                                        "mean over layers "
-                                        "(cost_models.flops.linear_fwd_flops_per_token)",
+    "linear_fwd_flops_per_token_layer": "2 × the matrix weights one token uses per layer (norms not "
+    "counted), mean over layers (cost_models.flops.linear_fwd_flops_per_token)",
 }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", metavar="MODEL", help="a preset name, a config.json or a model .toml")
-    p.add_argument("--list", action="store_true", help="list the presets with their parameter counts and sources")
+    p.add_argument(
+        "--list", action="store_true", help="list the presets with their parameter counts and sources"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -61,10 +62,14 @@ def describe(m: ModelSpec) -> dict[str, Any]:
         per_layer["dense_layer_total"] = m.attn_params + m.dense_mlp_params + m.norm_params_per_layer
     if m.is_moe:
         moe_layer = next(i for i in range(m.layers) if m.is_moe_layer(i))
-        per_layer.update(router=m.router_params, expert=m.expert_params, experts_all=m.experts * m.expert_params,
-                         **({"shared_expert": m.shared_expert_params} if m.shared_expert_ffn else {}),
-                         moe_layer_total=m.layer_params(moe_layer) + m.norm_params_per_layer,
-                         moe_layer_active=m.layer_params(moe_layer, active=True) + m.norm_params_per_layer)
+        per_layer.update(
+            router=m.router_params,
+            expert=m.expert_params,
+            experts_all=m.experts * m.expert_params,
+            **({"shared_expert": m.shared_expert_params} if m.shared_expert_ffn else {}),
+            moe_layer_total=m.layer_params(moe_layer) + m.norm_params_per_layer,
+            moe_layer_active=m.layer_params(moe_layer, active=True) + m.norm_params_per_layer,
+        )
     return {
         "name": m.name,
         "source": m.source,
@@ -91,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(rows, sort_keys=True))
             return 0
         for n, d in rows.items():
-            print(f"{n:<15} total {_b(d['params_total']):>8}  active {_b(d['params_active']):>8}  {d['source']}")
+            print(
+                f"{n:<15} total {_b(d['params_total']):>8}  active {_b(d['params_active']):>8}  {d['source']}"
+            )
         return 0
     d = describe(get_model(args.model))
     if args.json:
@@ -99,11 +106,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     s = d["spec"]
     print(f"model {d['name']}  ({d['source'] or 'no source given'})")
-    moe = (f", MoE: {s['experts']} experts, top {s['experts_per_token']}, expert FFN {s['expert_ffn']}"
-           + (f", shared expert FFN {s['shared_expert_ffn']}" if s["shared_expert_ffn"] else "")
-           + f", {d['layers']['moe']} MoE / {d['layers']['dense']} dense layers") if s["experts"] else ""
-    print(f"  hidden {s['hidden']}, {s['layers']} layers, {s['heads']} heads / {s['kv_heads']} KV heads of "
-          f"{s['head_dim']}, {s['mlp']} FFN {s['ffn']}, vocab {s['vocab']}{moe}")
+    moe = (
+        (
+            f", MoE: {s['experts']} experts, top {s['experts_per_token']}, expert FFN {s['expert_ffn']}"
+            + (f", shared expert FFN {s['shared_expert_ffn']}" if s["shared_expert_ffn"] else "")
+            + f", {d['layers']['moe']} MoE / {d['layers']['dense']} dense layers"
+        )
+        if s["experts"]
+        else ""
+    )
+    print(
+        f"  hidden {s['hidden']}, {s['layers']} layers, {s['heads']} heads / {s['kv_heads']} KV heads of "
+        f"{s['head_dim']}, {s['mlp']} FFN {s['ffn']}, vocab {s['vocab']}{moe}"
+    )
     flags = [k for k in ("tied_embeddings", "qkv_bias", "o_bias", "qk_norm", "shared_expert_gate") if s[k]]
     print(f"  flags: {', '.join(flags) or 'none'}")
     print(f"  params_total  {d['params_total']:>16,}  ({_b(d['params_total'])})")
@@ -114,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
         src = COUNT_SOURCES.get(k, "")
         print(f"    {k:<18} {v:>14,}  {src}")
     f = d["linear_fwd_flops_per_token_layer"]
-    print(f"  linear FLOPs per token per layer, forward: {f:,.0f} ({f / 1e9:.3f} GFLOP; backward 2x); "
-          f"all layers: {d['linear_fwd_flops_per_token'] / 1e9:.2f} GFLOP")
+    print(
+        f"  linear FLOPs per token per layer, forward: {f:,.0f} ({f / 1e9:.3f} GFLOP; backward 2x); "
+        f"all layers: {d['linear_fwd_flops_per_token'] / 1e9:.2f} GFLOP"
+    )
     print(f"    = {COUNT_SOURCES['linear_fwd_flops_per_token_layer']}")
     return 0

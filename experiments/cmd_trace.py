@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from dcpsim.experiments.options import positive_int
 from dcpsim.traces import available_presets, get_preset, read_trace, split_long
 from dcpsim.traces.spec import is_distribution_spec, resolve_length_source
@@ -38,10 +37,16 @@ PERCENTILES = (50, 90, 99, 99.9)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", nargs="?", metavar="TRACE", help="preset name, distribution spec or trace file")
     p.add_argument("--list", action="store_true", help="list the trace presets")
-    p.add_argument("--count", type=positive_int, default=100_000,
-                   help="documents to sample from a preset or distribution (default 100000)")
+    p.add_argument(
+        "--count",
+        type=positive_int,
+        default=100_000,
+        help="documents to sample from a preset or distribution (default 100000)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
-    p.add_argument("--context-len", type=positive_int, help="cut longer documents into pieces of this many tokens")
+    p.add_argument(
+        "--context-len", type=positive_int, help="cut longer documents into pieces of this many tokens"
+    )
     p.add_argument("--plot", metavar="FILE", help="write the length histogram (PNG, PDF or SVG by extension)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -58,15 +63,21 @@ def statistics(lengths: np.ndarray) -> dict[str, Any]:
     L = np.asarray(lengths, dtype=np.float64)
     work = L * L
     out: dict[str, Any] = {
-        "count": int(L.size), "tokens": int(L.sum()), "mean": float(L.mean()),
-        "min": int(L.min()), "max": int(L.max()),
+        "count": int(L.size),
+        "tokens": int(L.sum()),
+        "mean": float(L.mean()),
+        "min": int(L.min()),
+        "max": int(L.max()),
         "percentiles": {f"p{p:g}": float(np.percentile(L, p)) for p in PERCENTILES},
         "above": {},
     }
     for t in THRESHOLDS:
         sel = L > t
-        out["above"][f"{t // 1024}K"] = {"docs": float(sel.mean()), "tokens": float(L[sel].sum() / L.sum()),
-                                          "attention_work": float(work[sel].sum() / work.sum())}
+        out["above"][f"{t // 1024}K"] = {
+            "docs": float(sel.mean()),
+            "tokens": float(L[sel].sum() / L.sum()),
+            "attention_work": float(work[sel].sum() / work.sum()),
+        }
     return out
 
 
@@ -116,8 +127,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(st, sort_keys=True))
         return 0
     pct = "  ".join(f"{k} {v:,.0f}" for k, v in st["percentiles"].items())
-    print(f"trace {args.trace}: {st['count']:,} documents, {st['tokens']:,} tokens, mean {st['mean']:,.0f}, "
-          f"min {st['min']:,}, max {st['max']:,}")
+    print(
+        f"trace {args.trace}: {st['count']:,} documents, {st['tokens']:,} tokens, mean {st['mean']:,.0f}, "
+        f"min {st['min']:,}, max {st['max']:,}"
+    )
     print(f"  {pct}")
     print(f"  {'above':<7} {'docs':>8} {'tokens':>8} {'Σ L²':>8}")
     for k, v in st["above"].items():

@@ -27,7 +27,6 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-
 from dcpsim.traces.errors import TraceError
 from dcpsim.traces.generators import lognormal, lognormal_pareto, mixture
 from dcpsim.traces.presets import TracePreset, get_preset
@@ -68,11 +67,18 @@ def _number(dist: str, key: str, raw: str) -> float:
     try:
         v = float(s) * scale
     except ValueError:
-        raise TraceError(f"distribution {dist!r}: parameter {key!r} = {raw!r} is not a number; expected e.g. "
-                         f"{key}=1024 (K and M suffixes allowed)", field=key, value=raw) from None
+        raise TraceError(
+            f"distribution {dist!r}: parameter {key!r} = {raw!r} is not a number; expected e.g. "
+            f"{key}=1024 (K and M suffixes allowed)",
+            field=key,
+            value=raw,
+        ) from None
     if not math.isfinite(v):
-        raise TraceError(f"distribution {dist!r}: parameter {key!r} = {raw!r} is invalid; expected a finite "
-                         "number", field=key, value=raw)
+        raise TraceError(
+            f"distribution {dist!r}: parameter {key!r} = {raw!r} is invalid; expected a finite number",
+            field=key,
+            value=raw,
+        )
     return v
 
 
@@ -81,32 +87,45 @@ def _params(dist: str, body: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for item in (p for p in body.split(",") if p.strip()):
         if "=" not in item:
-            raise TraceError(f"distribution {dist!r}: {item.strip()!r} is not key=value; valid keys: "
-                             f"{', '.join(valid)}", value=item)
+            raise TraceError(
+                f"distribution {dist!r}: {item.strip()!r} is not key=value; valid keys: {', '.join(valid)}",
+                value=item,
+            )
         key, raw = (x.strip() for x in item.split("=", 1))
         if key not in valid:
-            raise TraceError(f"distribution {dist!r}: unknown parameter {key!r}; valid: {', '.join(valid)}",
-                             field=key, value=raw)
+            raise TraceError(
+                f"distribution {dist!r}: unknown parameter {key!r}; valid: {', '.join(valid)}",
+                field=key,
+                value=raw,
+            )
         if key in out:
             raise TraceError(f"distribution {dist!r}: parameter {key!r} is given twice", field=key, value=raw)
         out[key] = _number(dist, key, raw)
     for key in _REQUIRED[dist]:
         if key not in out:
-            raise TraceError(f"distribution {dist!r}: parameter {key!r} is missing; required: "
-                             f"{', '.join(_REQUIRED[dist])} and one of mean, median, mu", field=key)
+            raise TraceError(
+                f"distribution {dist!r}: parameter {key!r} is missing; required: "
+                f"{', '.join(_REQUIRED[dist])} and one of mean, median, mu",
+                field=key,
+            )
     return out
 
 
 def _bad(dist: str, key: str, value: float, valid: str) -> TraceError:
-    return TraceError(f"distribution {dist!r}: parameter {key!r} = {value:g} is invalid; expected {valid}",
-                      field=key, value=value)
+    return TraceError(
+        f"distribution {dist!r}: parameter {key!r} = {value:g} is invalid; expected {valid}",
+        field=key,
+        value=value,
+    )
 
 
 def _mu(dist: str, p: dict[str, float]) -> float:
     given = [k for k in ("mean", "median", "mu") if k in p]
     if len(given) != 1:
-        raise TraceError(f"distribution {dist!r}: give exactly one of mean, median, mu (got "
-                         f"{', '.join(given) or 'none'})", field="mean")
+        raise TraceError(
+            f"distribution {dist!r}: give exactly one of mean, median, mu (got {', '.join(given) or 'none'})",
+            field="mean",
+        )
     sigma = p["sigma"]
     if sigma < 0:
         raise _bad(dist, "sigma", sigma, "a number ≥ 0")
@@ -125,16 +144,23 @@ def _bounds(dist: str, p: dict[str, float]) -> tuple[int, int | None]:
     low = int(p.get("min", 1))
     high = int(p["max"]) if "max" in p else None
     if high is not None and low > high:
-        raise TraceError(f"distribution {dist!r}: min = {low} is above max = {high}; expected min ≤ max",
-                         field="min", value=low)
+        raise TraceError(
+            f"distribution {dist!r}: min = {low} is above max = {high}; expected min ≤ max",
+            field="min",
+            value=low,
+        )
     return low, high
 
 
 def _single(text: str) -> TracePreset:
     dist, body = (x.strip() for x in text.split(":", 1))
     if dist not in DISTRIBUTIONS:
-        raise TraceError(f"unknown distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}, mix (or a trace "
-                         "preset name or a trace file)", field="distribution", value=dist)
+        raise TraceError(
+            f"unknown distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}, mix (or a trace "
+            "preset name or a trace file)",
+            field="distribution",
+            value=dist,
+        )
     p = _params(dist, body)
     mu, sigma = _mu(dist, p), p["sigma"]
     low, high = _bounds(dist, p)
@@ -149,8 +175,13 @@ def _single(text: str) -> TracePreset:
         if not 0 <= p["tail_frac"] <= 1:
             raise _bad(dist, "tail_frac", p["tail_frac"], "a fraction in [0, 1]")
         sampler = partial(_draw_pareto, mu, sigma, p["tail_start"], p["alpha"], p["tail_frac"], low, cap)
-    return TracePreset(name=text, context_len=cap, description=f"{dist} distribution {body}",
-                       source="command-line distribution (traces.spec)", sampler=sampler)
+    return TracePreset(
+        name=text,
+        context_len=cap,
+        description=f"{dist} distribution {body}",
+        source="command-line distribution (traces.spec)",
+        sampler=sampler,
+    )
 
 
 def _draw_lognormal(mu: float, sigma: float, low: int, cap: int, n: int, seed: int) -> np.ndarray:
@@ -169,28 +200,41 @@ def _mix(text: str) -> TracePreset:
     body = text.split(":", 1)[1].strip()
     parts = [p.strip() for p in _NEXT_COMPONENT.split(body)]
     if not body or not all(parts):
-        raise TraceError(f"distribution 'mix': {body!r} has no components; expected "
-                         "'mix:W*SPEC+W*SPEC', e.g. mix:0.9*lognormal:median=2048,sigma=1+0.1*32k",
-                         field="mix", value=body)
+        raise TraceError(
+            f"distribution 'mix': {body!r} has no components; expected "
+            "'mix:W*SPEC+W*SPEC', e.g. mix:0.9*lognormal:median=2048,sigma=1+0.1*32k",
+            field="mix",
+            value=body,
+        )
     comps, weights = [], []
     for part in parts:
         if "*" not in part:
-            raise TraceError(f"distribution 'mix': component {part!r} has no weight; expected WEIGHT*SPEC",
-                             field="mix", value=part)
+            raise TraceError(
+                f"distribution 'mix': component {part!r} has no weight; expected WEIGHT*SPEC",
+                field="mix",
+                value=part,
+            )
         w_raw, spec = (x.strip() for x in part.split("*", 1))
         w = _number("mix", "weight", w_raw)
         if w < 0:
             raise _bad("mix", "weight", w, "a weight ≥ 0")
         if spec.startswith("mix:"):
-            raise TraceError("distribution 'mix': a mixture cannot contain a mixture", field="mix", value=part)
+            raise TraceError(
+                "distribution 'mix': a mixture cannot contain a mixture", field="mix", value=part
+            )
         comps.append(resolve_length_source(spec))
         weights.append(w)
     if not sum(weights) > 0:
         raise TraceError("distribution 'mix': the weights sum to 0; expected a positive sum", field="weight")
     cap = max(c.context_len for c in comps)
     sampler = partial(_draw_mix, tuple(comps), tuple(weights))
-    return TracePreset(name=text, context_len=cap, description=f"mixture of {len(comps)} components",
-                       source="command-line distribution (traces.spec)", sampler=sampler)
+    return TracePreset(
+        name=text,
+        context_len=cap,
+        description=f"mixture of {len(comps)} components",
+        source="command-line distribution (traces.spec)",
+        sampler=sampler,
+    )
 
 
 def _draw_mix(comps: tuple[TracePreset, ...], weights: tuple[float, ...], n: int, seed: int) -> np.ndarray:

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from dcpsim.cost_models import SpecError, get_model
 from dcpsim.cost_models.flops import linear_fwd_flops_per_token
 from dcpsim.cost_models.model_files import from_hf_config, load_model_file
@@ -16,12 +15,15 @@ from dcpsim.cost_models.presets import MODELS
 MODELS_DIR = Path(__file__).parent.parent / "data" / "models"  # sources: tests/data/SOURCES.md
 
 
-@pytest.mark.parametrize("folder, total, active", [
-    ("Qwen2.5-72B", 72.7e9, 72.7e9),  # model card: 72.7B
-    ("Mixtral-8x7B-v0.1", 46.7e9, 12.9e9),  # Jiang et al. 2024: 46.7B total, 12.9B active
-    # Model card: 30.5B total, 3.3B activated; see the next test for the activated count.
-    ("Qwen3-30B-A3B", 30.5e9, 3.35e9),
-])
+@pytest.mark.parametrize(
+    "folder, total, active",
+    [
+        ("Qwen2.5-72B", 72.7e9, 72.7e9),  # model card: 72.7B
+        ("Mixtral-8x7B-v0.1", 46.7e9, 12.9e9),  # Jiang et al. 2024: 46.7B total, 12.9B active
+        # Model card: 30.5B total, 3.3B activated; see the next test for the activated count.
+        ("Qwen3-30B-A3B", 30.5e9, 3.35e9),
+    ],
+)
 def test_published_parameter_counts_within_one_percent(folder, total, active):
     m = load_model_file(MODELS_DIR / folder / "config.json")
     assert m.params_total == pytest.approx(total, rel=0.01)
@@ -43,8 +45,11 @@ def test_qwen3_activated_count_is_the_cards_figure_truncated():
 
 
 def test_presets_match_their_config_files():
-    for preset, folder in (("qwen2.5-72b", "Qwen2.5-72B"), ("mixtral-8x7b", "Mixtral-8x7B-v0.1"),
-                           ("qwen3-30b-a3b", "Qwen3-30B-A3B")):
+    for preset, folder in (
+        ("qwen2.5-72b", "Qwen2.5-72B"),
+        ("mixtral-8x7b", "Mixtral-8x7B-v0.1"),
+        ("qwen3-30b-a3b", "Qwen3-30B-A3B"),
+    ):
         a, b = MODELS[preset], load_model_file(MODELS_DIR / folder / "config.json")
         assert (a.params_total, a.params_active) == (b.params_total, b.params_active)
         assert a.source.startswith("https://huggingface.co/")
@@ -59,10 +64,22 @@ def test_dense_preset_flops_unchanged():
 
 
 def _qwen2_moe_cfg() -> dict:
-    return {"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32,
-            "shared_expert_intermediate_size": 48, "num_hidden_layers": 4, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 2,
-            "mlp_only_layers": [3], "vocab_size": 100, "tie_word_embeddings": False}
+    return {
+        "model_type": "qwen2_moe",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": 2,
+        "mlp_only_layers": [3],
+        "vocab_size": 100,
+        "tie_word_embeddings": False,
+    }
 
 
 def test_qwen2_moe_sparse_step_only_layers_and_shared_expert_by_hand():
@@ -80,9 +97,17 @@ def test_qwen2_moe_sparse_step_only_layers_and_shared_expert_by_hand():
 
 
 def test_family_from_architectures_and_head_dim_defaults():
-    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
-           "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000,
-           "attention_bias": True, "tie_word_embeddings": True}
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "attention_bias": True,
+        "tie_word_embeddings": True,
+    }
     m = from_hf_config(cfg, "x/config.json")
     assert (m.head_dim, m.qkv_bias, m.o_bias, m.tied_embeddings, m.name) == (32, True, True, True, "x")
     attn = 256 * 256 + 2 * 256 * 64 + 256 * 256 + (256 + 2 * 64) + 256
@@ -94,8 +119,9 @@ def test_family_from_architectures_and_head_dim_defaults():
 
 def test_toml_gelu_tied_by_hand(tmp_path):
     p = tmp_path / "small.toml"
-    p.write_text('hidden = 32\nffn = 128\nlayers = 2\nheads = 4\nvocab = 50\nmlp = "gelu"\n'
-                 'tied_embeddings = true\n')
+    p.write_text(
+        'hidden = 32\nffn = 128\nlayers = 2\nheads = 4\nvocab = 50\nmlp = "gelu"\ntied_embeddings = true\n'
+    )
     m = load_model_file(p)
     assert (m.name, m.kv_heads, m.head_dim) == ("small", 4, 8)
     per_layer = 4 * 32 * 32 + 2 * 32 * 128  # Q, K, V, O + GELU's two matrices
@@ -105,22 +131,27 @@ def test_toml_gelu_tied_by_hand(tmp_path):
 
 def test_toml_moe_under_a_model_table(tmp_path):
     p = tmp_path / "moe.toml"
-    p.write_text("[model]\nhidden = 64\nffn = 128\nlayers = 2\nheads = 4\nkv_heads = 2\nvocab = 10\n"
-                 "experts = 4\nexperts_per_token = 1\nexpert_ffn = 16\ndense_layers = [0]\n")
+    p.write_text(
+        "[model]\nhidden = 64\nffn = 128\nlayers = 2\nheads = 4\nkv_heads = 2\nvocab = 10\n"
+        "experts = 4\nexperts_per_token = 1\nexpert_ffn = 16\ndense_layers = [0]\n"
+    )
     m = load_model_file(p)
     assert m.moe_layers == 1 and m.is_moe_layer(1) and not m.is_moe_layer(0)
     assert m.params_total - m.params_active == 3 * 3 * 64 * 16
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"hidden_size": None}, "'hidden_size' is missing"),
-    ({"hidden_size": 0}, "'hidden_size' = 0"),
-    ({"num_key_value_heads": 3}, "must divide model.heads = 32"),
-    ({"num_experts_per_tok": 9}, "experts_per_token = 9"),
-    ({"model_type": "gpt2"}, "model_type = 'gpt2' is not supported"),
-    ({"hidden_act": "gelu"}, "hidden_act"),
-    ({"num_local_experts": -1}, "'num_local_experts' = -1"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"hidden_size": None}, "'hidden_size' is missing"),
+        ({"hidden_size": 0}, "'hidden_size' = 0"),
+        ({"num_key_value_heads": 3}, "must divide model.heads = 32"),
+        ({"num_experts_per_tok": 9}, "experts_per_token = 9"),
+        ({"model_type": "gpt2"}, "model_type = 'gpt2' is not supported"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"num_local_experts": -1}, "'num_local_experts' = -1"),
+    ],
+)
 def test_bad_config_json_is_one_clear_error(change, needle):
     cfg = json.loads((MODELS_DIR / "Mixtral-8x7B-v0.1" / "config.json").read_text())
     for k, v in change.items():
@@ -135,9 +166,19 @@ def test_bad_config_json_is_one_clear_error(change, needle):
 
 
 def test_sliding_window_in_use_is_refused():
-    cfg = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "sliding_window": 4096,
-           "max_position_embeddings": 32768}
+    cfg = {
+        "model_type": "mistral",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+        "sliding_window": 4096,
+        "max_position_embeddings": 32768,
+    }
     with pytest.raises(SpecError, match="sliding-window attention is not modelled"):
         from_hf_config(cfg, "mistral")
-    assert from_hf_config(dict(cfg, sliding_window=None), "mistral").params_total == pytest.approx(7.24e9, rel=0.01)
+    assert from_hf_config(dict(cfg, sliding_window=None), "mistral").params_total == pytest.approx(
+        7.24e9, rel=0.01
+    )

@@ -6,23 +6,50 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
-from dcpsim.cost_models import AnalyticCostModel, CostTerms, GroupBatch, JobSpec, ModelSpec, SpecError, get_gpu
-from dcpsim.cost_models import moe
+from dcpsim.cost_models import (
+    AnalyticCostModel,
+    CostTerms,
+    GroupBatch,
+    JobSpec,
+    ModelSpec,
+    SpecError,
+    get_gpu,
+    moe,
+)
 from dcpsim.cost_models.calibration import published_calibration
 from dcpsim.cost_models.memory import activation_bytes_per_token, model_state_bytes
 
 H, F_E, E, K, LAYERS = 1024, 512, 16, 2, 4
-MODEL = ModelSpec("moe-test", hidden=H, ffn=2048, layers=LAYERS, heads=8, kv_heads=2, head_dim=128, vocab=1000,
-                  experts=E, experts_per_token=K, expert_ffn=F_E)
+MODEL = ModelSpec(
+    "moe-test",
+    hidden=H,
+    ffn=2048,
+    layers=LAYERS,
+    heads=8,
+    kv_heads=2,
+    head_dim=128,
+    vocab=1000,
+    experts=E,
+    experts_per_token=K,
+    expert_ffn=F_E,
+)
 ATTN = 2 * H * 1024 + 2 * H * 256  # Q, O: h × a·d; K, V: h × g·d
 EXPERT = 3 * H * F_E
 ROUTER = H * E
 
 
 def job(ep=1, pool=16, recompute=True, tp=1) -> JobSpec:
-    return JobSpec(MODEL, get_gpu("h100"), tp=tp, pp=1, pool=pool, ep=ep, context_len=65536,
-                   max_tokens_per_rank=65536, moe_recompute=recompute)
+    return JobSpec(
+        MODEL,
+        get_gpu("h100"),
+        tp=tp,
+        pp=1,
+        pool=pool,
+        ep=ep,
+        context_len=65536,
+        max_tokens_per_rank=65536,
+        moe_recompute=recompute,
+    )
 
 
 def one_group(L: int) -> GroupBatch:
@@ -34,14 +61,18 @@ def test_linear_forward_is_projections_router_and_k_experts_at_their_rows():
     cal = published_calibration(j.gpu)
     T = 4096.0
     rows = 4 * T * K / E  # ep · T · k / E tokens reach each expert
-    hand = LAYERS * (cal.gemm.seconds(2 * ATTN * T, T) + cal.gemm.seconds(2 * ROUTER * T, T)
-                     + cal.gemm.seconds(2 * K * EXPERT * T, rows))
+    hand = LAYERS * (
+        cal.gemm.seconds(2 * ATTN * T, T)
+        + cal.gemm.seconds(2 * ROUTER * T, T)
+        + cal.gemm.seconds(2 * K * EXPERT * T, rows)
+    )
     assert moe.linear_fwd_s(j, cal, np.array([T]), 0)[0] == pytest.approx(hand, rel=1e-12)
     # On a flat GEMM curve the time is just 2 × active weights × tokens / peak.
     flat = replace(cal, gemm=replace(cal.gemm, half=1e-9))
     active = ATTN + ROUTER + K * EXPERT
     assert moe.linear_fwd_s(j, flat, np.array([T]), 0)[0] == pytest.approx(
-        LAYERS * 2 * active * T / (flat.gemm.peak_tflops * 1e12), rel=1e-9)
+        LAYERS * 2 * active * T / (flat.gemm.peak_tflops * 1e12), rel=1e-9
+    )
 
 
 def test_more_expert_parallelism_feeds_each_expert_more_rows():
@@ -59,7 +90,9 @@ def test_ep_all_to_all_inside_a_node_and_across_nodes_by_hand():
         one = lm.base_s + (ep - 1) * lm.hop_s + nbytes * (ep - 1) / ep / (lm.busbw_gbs * 1e9)
         c = cm.group_costs(one_group(T))
         assert c.fwd_comm_s[0] == pytest.approx(LAYERS * 2 * one, rel=1e-12)
-        assert c.bwd_comm_s[0] == pytest.approx(2 * c.fwd_comm_s[0], rel=1e-12)  # recomputed forward dispatches again
+        assert c.bwd_comm_s[0] == pytest.approx(
+            2 * c.fwd_comm_s[0], rel=1e-12
+        )  # recomputed forward dispatches again
     no_re = AnalyticCostModel(job(ep=8, recompute=False), terms=CostTerms.legacy()).group_costs(one_group(T))
     assert no_re.bwd_comm_s[0] == pytest.approx(no_re.fwd_comm_s[0], rel=1e-12)
     assert AnalyticCostModel(job(ep=1), terms=CostTerms.legacy()).group_costs(one_group(T)).fwd_comm_s[0] == 0
@@ -70,7 +103,9 @@ def test_recompute_adds_one_forward_of_the_moe_part_to_the_backward():
     cal = published_calibration(get_gpu("h100"))
     a = AnalyticCostModel(job(ep=4, recompute=True), cal, CostTerms.legacy()).group_costs(one_group(T))
     b = AnalyticCostModel(job(ep=4, recompute=False), cal, CostTerms.legacy()).group_costs(one_group(T))
-    extra = LAYERS * (cal.gemm.seconds(2 * ROUTER * T, T) + cal.gemm.seconds(2 * K * EXPERT * T, 4 * T * K / E))
+    extra = LAYERS * (
+        cal.gemm.seconds(2 * ROUTER * T, T) + cal.gemm.seconds(2 * K * EXPERT * T, 4 * T * K / E)
+    )
     assert a.bwd_compute_s[0] - b.bwd_compute_s[0] == pytest.approx(extra, rel=1e-9)
     assert a.fwd_compute_s[0] == b.fwd_compute_s[0]
 
@@ -95,7 +130,9 @@ def test_expert_gradient_sync_over_the_expert_data_parallel_ranks():
 
 def test_moe_activations_by_hand():
     legacy = CostTerms.legacy()
-    full = 15 * H + 2 * H + K * (2 * H + 6 * F_E)  # Korthikanti's 34h less its MLP's 19h, router input, k copies
+    full = (
+        15 * H + 2 * H + K * (2 * H + 6 * F_E)
+    )  # Korthikanti's 34h less its MLP's 19h, router input, k copies
     assert activation_bytes_per_token(job(recompute=False), legacy) == pytest.approx(LAYERS * full)
     assert activation_bytes_per_token(job(recompute=True), legacy) == pytest.approx(LAYERS * 17 * H)
 

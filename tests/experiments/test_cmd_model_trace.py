@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from dcpsim.experiments.cli import main
 
 MODELS = Path(__file__).parent.parent / "data" / "models"  # sources: tests/data/SOURCES.md
@@ -49,7 +48,9 @@ def test_trace_statistics_of_a_file_by_hand(tmp_path, capsys):
     a8, a32, a128 = st["above"]["8K"], st["above"]["32K"], st["above"]["128K"]
     assert a8["docs"] == 0.75 and a8["tokens"] == pytest.approx(250000 / 251000)
     assert a32["attention_work"] == pytest.approx((40000**2 + 200000**2) / work)
-    assert a128 == pytest.approx({"docs": 0.25, "tokens": 200000 / 251000, "attention_work": 200000**2 / work})
+    assert a128 == pytest.approx(
+        {"docs": 0.25, "tokens": 200000 / 251000, "attention_work": 200000**2 / work}
+    )
     assert png.stat().st_size > 1000
     # --context-len cuts 200,000 into 131,072 + 68,928 as global batches do.
     assert main(["trace", str(f), "--json", "--context-len", "131072"]) == 0
@@ -73,16 +74,44 @@ def _compare(capsys, *args):
 
 
 def test_acceptance_dense_72b_config_on_gb200(capsys):
-    out = _compare(capsys, "--model", QWEN72, "--gpu", "gb200", "--tp", "4", "--pp", "4", "--pool", "32",
-                   "--context-len", "131072")
+    out = _compare(
+        capsys,
+        "--model",
+        QWEN72,
+        "--gpu",
+        "gb200",
+        "--tp",
+        "4",
+        "--pp",
+        "4",
+        "--pool",
+        "32",
+        "--context-len",
+        "131072",
+    )
     assert [r["policy"] for r in out["results"]] == ["static-cp", "mcore-dcp", "hydra"]
     for r in out["results"]:  # run_policy validated every plan
         assert r["iteration_time_s"] > 0 and 0 < r["mfu"] < 1 and r["fits_memory"]
 
 
 def test_acceptance_qwen3_moe_with_ep16_on_h100(capsys):
-    out = _compare(capsys, "--model", QWEN3_MOE, "--gpu", "h100", "--tp", "1", "--pp", "1", "--pool", "16",
-                   "--ep", "16", "--context-len", "131072")
+    out = _compare(
+        capsys,
+        "--model",
+        QWEN3_MOE,
+        "--gpu",
+        "h100",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--pool",
+        "16",
+        "--ep",
+        "16",
+        "--context-len",
+        "131072",
+    )
     assert out["scenario"]["ep"] == 16
     assert [r["policy"] for r in out["results"]] == ["static-cp", "mcore-dcp", "hydra"]
     for r in out["results"]:
@@ -121,13 +150,18 @@ def _corpus(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["model", _write(tmp_path, "g/config.json", "{not json")], "not valid JSON"),
         (["model", _write(tmp_path, "bad.toml", "hidden = [\n")], "not valid TOML"),
         (["model", _write(tmp_path, "unknown.toml", TOML_OK + "hiddn = 3\n")], "unknown key 'hiddn'"),
-        (["model", _write(tmp_path, "neg.toml", TOML_OK.replace("layers = 2", "layers = -1"))],
-         "model.layers = -1"),
+        (
+            ["model", _write(tmp_path, "neg.toml", TOML_OK.replace("layers = 2", "layers = -1"))],
+            "model.layers = -1",
+        ),
         (["model", _write(tmp_path, "mlp.toml", TOML_OK + 'mlp = "relu"\n')], "model.mlp = 'relu'"),
         (["model", _write(tmp_path, "miss.toml", "hidden = 256\n")], "field 'ffn' is missing"),
         (["model", str(tmp_path / "nothere.json")], "cannot read model file"),
         (["model", "llama-9000"], "unknown model preset 'llama-9000'"),
-        (["compare", "--model", "mixtral-8x7b", "--ep", "16", "--pool", "16"], "must divide model.experts = 8"),
+        (
+            ["compare", "--model", "mixtral-8x7b", "--ep", "16", "--pool", "16"],
+            "must divide model.experts = 8",
+        ),
         (["compare", "--model", "llama3-8b", "--ep", "2"], "expert parallelism needs a MoE model"),
         (["trace", "lognormal:mean=1024,sigma=1.5,shape=2"], "unknown parameter 'shape'"),
         (["trace", "lognormal:mean=1024,sigma=1,min=9000,max=8192"], "min = 9000 is above max = 8192"),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from dcpsim.cost_models import moe
 from dcpsim.experiments.scenario_files import SCENARIO_DIR, load_scenario
 from dcpsim.experiments.sweep import load_sweep
@@ -39,7 +38,12 @@ def test_nvlink_domain_sweep_varies_only_the_domain():
     assert sw.base.name == "gb200-nvl72-qwen72b-256k" and len(sw.grid["gpu"]) == 4
     domains = []
     for path in sw.grid["gpu"]:
-        g = load_scenario("gb200-nvl72-qwen72b-256k").with_(gpu=str(SCENARIO_DIR.parent.parent / path)).job().gpu
+        g = (
+            load_scenario("gb200-nvl72-qwen72b-256k")
+            .with_(gpu=str(SCENARIO_DIR.parent.parent / path))
+            .job()
+            .gpu
+        )
         domains.append(g.nvlink_domain)
         assert (g.peak_bf16_tflops, g.hbm_gb, g.nvlink_gbs) == (2500.0, 186.0, 740.0)
     assert domains == [4, 8, 36, 72]

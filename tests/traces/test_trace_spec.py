@@ -7,7 +7,6 @@ from functools import partial
 
 import numpy as np
 import pytest
-
 from dcpsim.traces import TraceError, form_batches, lognormal, lognormal_pareto, mixture, sample_batches
 from dcpsim.traces.spec import UNBOUNDED, is_distribution_spec, parse_distribution, resolve_length_source
 
@@ -60,24 +59,30 @@ def test_what_counts_as_a_spec(tmp_path):
     assert not is_distribution_spec(str(weird))  # an existing file is a file
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("gamma:shape=2", "unknown distribution 'gamma'; valid: lognormal, pareto, mix"),
-    ("lognormal:mean=1024,sigm=1.5", "unknown parameter 'sigm'; valid: mean, median, mu, sigma, min, max"),
-    ("lognormal:mean=1024", "parameter 'sigma' is missing"),
-    ("lognormal:mean=1024,median=10,sigma=1", "exactly one of mean, median, mu"),
-    ("lognormal:mean=abc,sigma=1", "'mean' = 'abc' is not a number"),
-    ("lognormal:mean=1024,sigma=1,min=9000,max=8192", "min = 9000 is above max = 8192"),
-    ("lognormal:mean=1024,sigma=-1", "'sigma' = -1 is invalid"),
-    ("lognormal:mean=-5,sigma=1", "'mean' = -5 is invalid"),
-    ("lognormal:mean=1024,sigma=1,min=0.5", "'min' = 0.5 is invalid"),
-    ("lognormal:mean=1024,sigma=1,sigma=2", "'sigma' is given twice"),
-    ("lognormal:mean", "'mean' is not key=value"),
-    ("pareto:median=1024,sigma=1,tail_start=1K,alpha=0,tail_frac=0.1", "'alpha' = 0 is invalid"),
-    ("pareto:median=1024,sigma=1,tail_start=1K,alpha=1,tail_frac=2", "'tail_frac' = 2 is invalid"),
-    ("mix:0*32k+0*256k", "the weights sum to 0"),
-    ("mix:lognormal:median=1,sigma=1", "has no weight"),
-    ("mix:1*nosuchpreset", "unknown trace preset 'nosuchpreset'"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("gamma:shape=2", "unknown distribution 'gamma'; valid: lognormal, pareto, mix"),
+        (
+            "lognormal:mean=1024,sigm=1.5",
+            "unknown parameter 'sigm'; valid: mean, median, mu, sigma, min, max",
+        ),
+        ("lognormal:mean=1024", "parameter 'sigma' is missing"),
+        ("lognormal:mean=1024,median=10,sigma=1", "exactly one of mean, median, mu"),
+        ("lognormal:mean=abc,sigma=1", "'mean' = 'abc' is not a number"),
+        ("lognormal:mean=1024,sigma=1,min=9000,max=8192", "min = 9000 is above max = 8192"),
+        ("lognormal:mean=1024,sigma=-1", "'sigma' = -1 is invalid"),
+        ("lognormal:mean=-5,sigma=1", "'mean' = -5 is invalid"),
+        ("lognormal:mean=1024,sigma=1,min=0.5", "'min' = 0.5 is invalid"),
+        ("lognormal:mean=1024,sigma=1,sigma=2", "'sigma' is given twice"),
+        ("lognormal:mean", "'mean' is not key=value"),
+        ("pareto:median=1024,sigma=1,tail_start=1K,alpha=0,tail_frac=0.1", "'alpha' = 0 is invalid"),
+        ("pareto:median=1024,sigma=1,tail_start=1K,alpha=1,tail_frac=2", "'tail_frac' = 2 is invalid"),
+        ("mix:0*32k+0*256k", "the weights sum to 0"),
+        ("mix:lognormal:median=1,sigma=1", "has no weight"),
+        ("mix:1*nosuchpreset", "unknown trace preset 'nosuchpreset'"),
+    ],
+)
 def test_bad_specs_are_one_clear_line(text, needle):
     with pytest.raises(TraceError) as e:
         resolve_length_source(text)
