@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         rep = run_sweep(sweep, out, workers=args.workers, retry_errors=args.retry_errors, progress=progress,
                         log=log, backend=args.backend, address=args.address, max_retries=args.max_retries)
     except KeyboardInterrupt:
+        for bar in bars.values():
+            bar.close()
         log(f"interrupted; finished points are stored in {out}/points — rerun the same command to resume")
         raise
     print(f"{sweep.num_points} points x {len(sweep.policies)} policies = {rep.total} results "

@@ -110,9 +110,11 @@ def test_retry_errors_on_ray(local_ray, grid, tmp_path):
     assert rep.computed == 8 and rep.failed == 8  # only the failed tasks ran again (and failed again)
 
 
-def test_lost_worker_and_raising_task_are_recorded(local_ray, grid):
+def test_lost_worker_and_raising_task_are_recorded(local_ray, grid, tmp_path):
     tasks = load_sweep(grid).tasks()[:4]
     crash, boom, stale = tasks[0].key, tasks[1].key, tasks[2].key
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
 
     def flaky(task):  # pickled by value: runs in Ray's workers
         import os as _os
@@ -120,6 +122,7 @@ def test_lost_worker_and_raising_task_are_recorded(local_ray, grid):
         from dcpsim.experiments.sweep import run_task
 
         if task.key == crash:
+            (attempts / str(_os.getpid())).touch()
             _os._exit(1)  # the worker process dies, as when the OOM killer takes it
         if task.key == boom:
             raise RuntimeError("boom")
@@ -131,7 +134,8 @@ def test_lost_worker_and_raising_task_are_recorded(local_ray, grid):
     got = {}
     run_ray(tasks, lambda rec: got.setdefault(rec["key"], rec), max_retries=1, fn=flaky)
     assert set(got) == {t.key for t in tasks}  # nothing lost
-    assert "after 1 retries" in got[crash]["error"] and "Error" in got[crash]["error"]
+    assert got[crash]["error"].startswith("WorkerCrashedError after 1 retries: ")
+    assert len(list(attempts.iterdir())) == 2  # the first try and one retry, each in a fresh worker
     assert got[boom]["error"] == "RuntimeError: boom"
     assert "0.0.0-other" in got[stale]["error"]
     assert got[tasks[3].key]["error"] is None and got[tasks[3].key]["summary"]["tokens_per_s"] > 0
