@@ -1,0 +1,1 @@
+../../src/dcpsim/__init__.py

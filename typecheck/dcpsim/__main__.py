@@ -1,0 +1,1 @@
+../../src/dcpsim/__main__.py
