@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dcpsim.cost_models import moe
+from dcpsim.cost_models.attention_backends import default_backend
 from dcpsim.cost_models.base import GroupBatch, GroupCosts
-from dcpsim.cost_models.calibration import Calibration, default_calibration
+from dcpsim.cost_models.calibration import Calibration, SaturatingCurve, default_calibration
+from dcpsim.cost_models.errors import CalibrationError
 from dcpsim.cost_models.flops import (
     ATTENTION_BWD_FACTOR,
     LINEAR_BWD_FACTOR,
@@ -96,8 +98,9 @@ class AnalyticCostModel:
         att_flops = attention_fwd_flops(L, m) / t / size[gid] * nl
         block = L / r[gid]
         G = groups.num_groups
-        att_f = np.bincount(gid, weights=cal.attn_fwd.seconds(att_flops, block), minlength=G)
-        att_b = np.bincount(gid, weights=cal.attn_bwd.seconds(ATTENTION_BWD_FACTOR * att_flops, block),
+        attn_fwd, attn_bwd, _ = self.attention_curves()
+        att_f = np.bincount(gid, weights=attn_fwd.seconds(att_flops, block), minlength=G)
+        att_b = np.bincount(gid, weights=attn_bwd.seconds(ATTENTION_BWD_FACTOR * att_flops, block),
                             minlength=G)
 
         crosses, inner_crosses = self.cp_crossings(groups, stage)
@@ -117,6 +120,22 @@ class AnalyticCostModel:
             fwd_tp_comm_s=tp_layer * nl + end_tp_f,
             bwd_tp_comm_s=tp_layer * nl + end_tp_b,
         )
+
+    def attention_curves(self) -> tuple[SaturatingCurve, SaturatingCurve, str]:
+        """Causal forward and backward attention curves and the name of what they price: the job's backend
+        (default: TransformerEngine's pick on the GPU, cost_models.attention_backends) when the calibration
+        has its curves and CostTerms.attention_backend is on, else the calibration's own single curve."""
+        cal, job = self._cal, self.job
+        if self.terms.attention_backend:
+            name = job.attention_backend or default_backend(job.gpu.name)
+            ac = cal.attention.get(name)
+            if ac is not None:
+                return ac.fwd_causal, ac.bwd_causal, f"{name} ({ac.kernel})"
+            if job.attention_backend is not None:
+                have = ", ".join(sorted(cal.attention)) or "none"
+                raise CalibrationError(f"calibration {cal.name!r} has no curves for attention_backend = "
+                                       f"{name!r}; it has: {have} (profile that kernel and run dcpsim calibrate)")
+        return cal.attn_fwd, cal.attn_bwd, f"calibration curve of {cal.name}"
 
     def fixed_s(self, r: np.ndarray) -> tuple[np.ndarray | float, np.ndarray | float]:
         """Fixed (token-independent) forward and backward seconds of one group operation at one stage, per

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -97,6 +98,8 @@ class Calibration:
     ring_step_overhead_bwd_s: float = FIXED_PUBLISHED["ring_step_overhead_bwd_s"]
     microbatch_overhead_fwd_s: float = FIXED_PUBLISHED["microbatch_overhead_fwd_s"]  # s per microbatch per stage
     microbatch_overhead_bwd_s: float = FIXED_PUBLISHED["microbatch_overhead_bwd_s"]
+    # per attention backend (fa2, fa3, cudnn): cost_models.attention_backends.AttentionCurves; empty = none
+    attention: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for f in FIXED_FIELDS:
@@ -133,6 +136,7 @@ class Calibration:
                 comm={str(k): LinkModel(**v) for k, v in d.get("comm", {}).items()},
                 source=str(d.get("source", "")),
                 **{f: float(d.get(f, FIXED_PUBLISHED[f])) for f in FIXED_FIELDS},
+                attention=_attention_from_dict(d.get("attention", {})),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CalibrationError(f"{origin}: missing or malformed field {e}; expected keys name, attn_fwd, "
@@ -148,6 +152,12 @@ class Calibration:
             raise CalibrationError(f"cannot read calibration file {p}: {e.strerror}") from None
         except json.JSONDecodeError as e:
             raise CalibrationError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+def _attention_from_dict(d: Mapping) -> dict:
+    from dcpsim.cost_models.attention_backends import AttentionCurves
+
+    return {str(k): AttentionCurves.from_dict(v) for k, v in sorted(d.items())}
 
 
 def published_calibration(gpu: GPUSpec) -> Calibration:

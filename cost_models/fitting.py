@@ -34,10 +34,12 @@ import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
 from dcpsim.cost_models.calibration import COLLECTIVES, Calibration, LinkModel, SaturatingCurve
+from dcpsim.cost_models.attention_backends import backend_of_kernel, fit_backends
 from dcpsim.cost_models.errors import CalibrationError
 from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
+from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
 from dcpsim.cost_models.terms import CostTerms
-from dcpsim.cost_models.profile_table import ATTENTION_OPS, LAYER_OPS, row_flops, row_size
+from dcpsim.cost_models.profile_table import ATTENTION_OPS, FWD_BWD_OP, LAYER_OPS, row_flops, row_size
 
 GroupKey = tuple[str, str, int, int]  # (kernel, op, causal, head_dim)
 
@@ -369,6 +371,22 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
            + (f"; profile sources: {' | '.join(sources)}" if sources else ""))
     cal = Calibration(name=name, attn_fwd=fwd, attn_bwd=bwd, gemm=gemm, comm=dict(sorted(comm.items())),
                       source=src, **{f: getattr(base, f) for f in FIXED_FIELDS})
+    backends = dict(base.attention)
+    if d is not None:
+        mine = {(k[0], k[1], k[2]): c for k, c in groups.items() if k[3] == d}
+        fb = profile[(profile["op"] == FWD_BWD_OP) & (profile["head_dim"] == d)]
+        fwd_bwd = {(str(k), int(c)): (row_size(g), row_flops(g) / (1 + ATTENTION_BWD_FACTOR),
+                                      g["seconds"].to_numpy(np.float64))
+                   for (k, c), g in fb.groupby(["kernel", "causal"], sort=True)}
+        backends.update(fit_backends(mine, {(k[0], k[1], k[2]): np.unique(row_size(rows[k]))
+                                            for k in groups if k[3] == d}, fwd_bwd))
+    cal = replace(cal, attention=dict(sorted(backends.items())))
+    profiled = {backend_of_kernel(k[0]) for k in groups}
+    for b, ac in sorted(backends.items()):
+        derived = ", ".join(ac.derived) or "none"
+        terms.append(OpFit(f"attention:{b}", "fitted" if b in profiled else "base",
+                           {"peak_tflops": ac.fwd_causal.peak_tflops, "half": ac.fwd_causal.half},
+                           note=f"causal forward of kernel {ac.kernel} d{d}; derived: {derived}"))
     cal, layer_terms = _fit_layer_overhead(profile, cal)
     terms[3:3] = layer_terms  # after attn_fwd, attn_bwd, gemm; before the collectives
     report = FitReport(name, kernel, d, tuple(terms), groups, group_mape, loo_summary(profile))

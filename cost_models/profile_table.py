@@ -3,8 +3,8 @@
 One row is one measurement of one operation. Columns (in this order when written):
 
 =============== ======================================================================================
-``op``          attn_fwd, attn_bwd, gemm, layer_fwd, layer_bwd, all_to_all, send_recv, all_gather,
-                reduce_scatter, all_reduce
+``op``          attn_fwd, attn_bwd, attn_fwd_bwd (forward + backward timed together), gemm, layer_fwd,
+                layer_bwd, all_to_all, send_recv, all_gather, reduce_scatter, all_reduce
 ``kernel``      optional: which implementation (``fa3``, ``fa2``, ``cudnn9.1``, ...); empty = unnamed
 ``q_len``       attention: query tokens per sequence
 ``kv_len``      attention: key/value tokens per sequence
@@ -33,7 +33,7 @@ tokens. They need ``tokens``, ``in_features`` (= h), ``out_features`` (= f), ``h
 Fields an op does not use may be empty. FLOP conventions (those of the FlashAttention papers and of
 :mod:`cost_models.flops`): attention forward = 4·d·a·P FLOPs per sequence, P the (query, key) pairs computed:
 q·kv without mask, kv·m − m²/2 with m = min(q, kv) under a causal mask (L²/2 when q = kv = L); backward =
-2.5x forward; GEMM = 2·M·K·N.
+2.5x forward; attn_fwd_bwd = 3.5x forward; GEMM = 2·M·K·N.
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ from dcpsim.cost_models.errors import CalibrationError
 from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
 
 ATTENTION_OPS = ("attn_fwd", "attn_bwd")
+FWD_BWD_OP = "attn_fwd_bwd"  # forward + backward of one call timed together (the FlashAttention-2 paper's figures)
+ALL_ATTENTION_OPS = ATTENTION_OPS + (FWD_BWD_OP,)
 LAYER_OPS = ("layer_fwd", "layer_bwd")
-COMPUTE_OPS = ATTENTION_OPS + ("gemm",) + LAYER_OPS
+COMPUTE_OPS = ALL_ATTENTION_OPS + ("gemm",) + LAYER_OPS
 OPS = COMPUTE_OPS + COLLECTIVES
 INT_FIELDS = ("q_len", "kv_len", "batch", "heads", "kv_heads", "head_dim", "causal", "tokens", "in_features",
               "out_features", "bytes", "group_size")
@@ -59,7 +61,7 @@ COLUMNS = ("op", "kernel", "q_len", "kv_len", "batch", "heads", "kv_heads", "hea
 OPTIONAL_COLUMNS = ("kernel", "batch")
 REQUIRED_COLUMNS = tuple(c for c in COLUMNS if c not in OPTIONAL_COLUMNS)
 NEEDS: dict[str, tuple[str, ...]] = {
-    **{op: ("q_len", "kv_len", "heads", "head_dim", "causal") for op in ATTENTION_OPS},
+    **{op: ("q_len", "kv_len", "heads", "head_dim", "causal") for op in ALL_ATTENTION_OPS},
     "gemm": ("tokens", "in_features", "out_features"),
     **{op: ("tokens", "in_features", "out_features", "heads", "head_dim") for op in LAYER_OPS},
     **{op: ("bytes", "group_size", "link") for op in COLLECTIVES},
@@ -132,9 +134,9 @@ def validate_profile(raw: pd.DataFrame, origin: str = "profile") -> pd.DataFrame
             sec = math.nan
         if not (math.isfinite(sec) and sec > 0):
             raise _fail(origin, i, "seconds", rec["seconds"], "expected a positive, finite time in seconds")
-        if op in ATTENTION_OPS + LAYER_OPS and ints["kv_heads"] is None:
+        if op in ALL_ATTENTION_OPS + LAYER_OPS and ints["kv_heads"] is None:
             ints["kv_heads"] = ints["heads"]
-        if op in ATTENTION_OPS and ints["batch"] is None:
+        if op in ALL_ATTENTION_OPS and ints["batch"] is None:
             ints["batch"] = 1
         if op in LAYER_OPS:
             _check_layer(ints, rec, origin, i)
@@ -201,9 +203,10 @@ def row_flops(df: pd.DataFrame) -> np.ndarray:
     op = df["op"].to_numpy()
     att = 4.0 * _f(df, "head_dim") * _f(df, "heads") * _f(df, "batch") * attention_pairs(
         _f(df, "q_len"), _f(df, "kv_len"), _f(df, "causal"))
-    att = np.where(op == "attn_bwd", ATTENTION_BWD_FACTOR * att, att)
+    factor = np.where(op == "attn_bwd", ATTENTION_BWD_FACTOR, np.where(op == FWD_BWD_OP, 1 + ATTENTION_BWD_FACTOR, 1.0))
+    att = factor * att
     gemm = 2.0 * _f(df, "tokens") * _f(df, "in_features") * _f(df, "out_features")
-    return np.where(np.isin(op, ATTENTION_OPS), att, np.where(op == "gemm", gemm, np.nan))
+    return np.where(np.isin(op, ALL_ATTENTION_OPS), att, np.where(op == "gemm", gemm, np.nan))
 
 
 def row_size(df: pd.DataFrame) -> np.ndarray:
@@ -211,7 +214,7 @@ def row_size(df: pd.DataFrame) -> np.ndarray:
     q = kv = L, the analytic model's block), GEMM tokens; NaN for collectives."""
     op = df["op"].to_numpy()
     att = np.sqrt(_f(df, "q_len") * _f(df, "kv_len"))
-    return np.where(np.isin(op, ATTENTION_OPS), att, np.where(op == "gemm", _f(df, "tokens"), np.nan))
+    return np.where(np.isin(op, ALL_ATTENTION_OPS), att, np.where(op == "gemm", _f(df, "tokens"), np.nan))
 
 
 def row_tflops(df: pd.DataFrame) -> np.ndarray:

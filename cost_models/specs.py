@@ -259,6 +259,9 @@ class JobSpec:
     # Fraction of the TP/SP all-gathers and reduce-scatters hidden behind GEMMs. 0 = all exposed, as Megatron-LM
     # runs without --tp-comm-overlap (its default); TransformerEngine's userbuffers overlap hides most of it.
     tp_comm_overlap: float = 0.0
+    # Attention kernels priced (cost_models.attention_backends): fa2, fa3, cudnn; None = what Megatron-Core with
+    # TransformerEngine picks on the GPU (cudnn on Hopper and newer).
+    attention_backend: str | None = None
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens", "ep"):
@@ -275,6 +278,9 @@ class JobSpec:
         _require(self.memory_reserve_gb >= 0, "job.memory_reserve_gb", self.memory_reserve_gb, "≥ 0")
         _require(isinstance(self.tp_comm_overlap, (int, float)) and 0.0 <= self.tp_comm_overlap <= 1.0,
                  "job.tp_comm_overlap", self.tp_comm_overlap, "a fraction between 0 (exposed) and 1 (hidden)")
+        from dcpsim.cost_models.attention_backends import check_backend  # it imports this module
+
+        check_backend(self.attention_backend, "job.attention_backend")
         if self.ep > 1:
             _require(self.model.is_moe, "job.ep", self.ep, f"1 for the dense model {self.model.name!r} "
                      "(expert parallelism needs a MoE model)")

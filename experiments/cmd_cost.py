@@ -23,7 +23,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_gpu, get_model
+from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_model
+from dcpsim.cost_models.gpu_files import resolve_gpu
 from dcpsim.cost_models import flops as fl
 from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
 from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
@@ -51,13 +52,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--ffn", type=positive_int,
                    help="SwiGLU intermediate size (default: the preset's, else 3.5 x hidden)")
     j = p.add_argument_group("parallelism and hardware")
-    j.add_argument("--gpu", default="h100", help="GPU preset: h100, h200 (default h100)")
+    j.add_argument("--gpu", default="h100", metavar="PRESET|FILE",
+                   help="GPU preset (a100, h100, h200, b200, gb200, mi300x) or a GPU .toml file (default h100)")
     j.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     j.add_argument("--cp", type=positive_int, default=1, help="CP degree c of the sequence's group (default 1)")
     j.add_argument("--cp-engine", choices=("ring", "ulysses", "hybrid"), default="ring",
                    help="CP engine (default ring)")
     j.add_argument("--ulysses", type=positive_int, help="inner Ulysses degree u of a hybrid engine (u divides c)")
     j.add_argument("--calibration", metavar="FILE", help="calibration JSON (default: the GPU's shipped one)")
+    j.add_argument("--attention-backend", choices=("fa2", "fa3", "cudnn"),
+                   help="attention kernels to price (default: TransformerEngine's pick on the GPU)")
     j.add_argument("--tp-comm-overlap", type=float, default=0.0, metavar="FRACTION",
                    help="fraction of the TP all-gathers / reduce-scatters hidden behind GEMMs (default 0: "
                         "exposed, as Megatron-LM without --tp-comm-overlap)")
@@ -89,17 +93,17 @@ def _ulysses(args: argparse.Namespace, job: JobSpec) -> int:
     if u > 1 and u not in ulysses_degrees(c, job):
         raise ScenarioError(f"a Ulysses degree of {u} is invalid for a group of {c} ranks: it must divide "
                             f"the group size and the KV heads per TP rank ({job.kv_heads_per_rank}) and "
-                            f"fit in a node; valid: {', '.join(map(str, ulysses_degrees(c, job)))}")
+                            f"fit in an NVLink domain; valid: {', '.join(map(str, ulysses_degrees(c, job)))}")
     return u
 
 
 def predict(args: argparse.Namespace) -> dict:
     """The prediction as a dict (what --json prints)."""
     model = build_model(args)
-    gpu = get_gpu(args.gpu)
+    gpu = resolve_gpu(args.gpu)
     L, c = args.seq_len, args.cp
     job = JobSpec(model=model, gpu=gpu, tp=args.tp, pp=1, pool=c, context_len=L, global_batch_tokens=L,
-                  tp_comm_overlap=args.tp_comm_overlap)
+                  tp_comm_overlap=args.tp_comm_overlap, attention_backend=args.attention_backend)
     u = _ulysses(args, job)
     cal = Calibration.load(args.calibration) if args.calibration else default_calibration(gpu)
     one = GroupBatch(seq_len=np.array([L], dtype=np.int64), seq_group=np.array([0], dtype=np.int64),
@@ -109,7 +113,9 @@ def predict(args: argparse.Namespace) -> dict:
     full = AnalyticCostModel(job, cal, layer).group_costs(one)
     kernels = replace(cal, **{f: 0.0 for f in FIXED_FIELDS})
     attn = AnalyticCostModel(job, replace(kernels, gemm=FREE), layer).group_costs(one)
-    lin = AnalyticCostModel(job, replace(kernels, attn_fwd=FREE, attn_bwd=FREE), layer).group_costs(one)
+    no_attn = replace(kernels, attn_fwd=FREE, attn_bwd=FREE)
+    lin = AnalyticCostModel(job, no_attn, replace(layer, attention_backend=False)).group_costs(one)
+    backend = AnalyticCostModel(job, cal, layer).attention_curves()[2]
     tpr = np.array([L / c])
     fixed_f, fixed_b = AnalyticCostModel(job, cal, layer).fixed_s(np.array([c / u]))
     emb_f, emb_b = embedding_compute_s(job, tpr)
@@ -120,7 +126,7 @@ def predict(args: argparse.Namespace) -> dict:
     engine = names[args.cp_engine]
     return {
         "seq_len": L, "gpu": gpu.name, "tp": args.tp, "cp": c, "engine": engine if c > 1 else "none",
-        "calibration": cal.name,
+        "calibration": cal.name, "attention_backend": backend,
         "model": {k: getattr(model, k) for k in ("hidden", "ffn", "heads", "kv_heads", "head_dim")},
         "attention_fwd_s": float(attn.fwd_compute_s[0]), "attention_bwd_s": float(attn.bwd_compute_s[0]),
         "linear_fwd_s": float(lin.fwd_compute_s[0]), "linear_bwd_s": float(lin.bwd_compute_s[0]),
@@ -147,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     m = r["model"]
     print(f"one layer, one rank: L = {r['seq_len']:,} tokens on {r['gpu']}, TP{r['tp']}, CP{r['cp']} "
           f"engine {r['engine']}; h {m['hidden']}, ffn {m['ffn']}, heads {m['heads']}/{m['kv_heads']} KV, "
-          f"d {m['head_dim']}; calibration {r['calibration']}")
+          f"d {m['head_dim']}; calibration {r['calibration']}; attention {r['attention_backend']}")
     ms = lambda s: f"{s * 1e3:.4g}"
     tf = lambda n, s: f"{n / s / 1e12:.0f}" if s > 0 else "-"
     fp = r["flops"]

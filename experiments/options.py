@@ -77,6 +77,9 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp-comm-overlap", type=typed(float, ge=0.0, le=1.0), metavar="FRACTION",
                    help="fraction of the TP all-gathers / reduce-scatters hidden behind GEMMs (default 0: "
                         "exposed, as Megatron-LM without --tp-comm-overlap)")
+    g.add_argument("--attention-backend", choices=("fa2", "fa3", "cudnn"),
+                   help="attention kernels to price (default: TransformerEngine's pick on the GPU: cudnn on "
+                        "Hopper; docs/cost_model.md)")
     g.add_argument("--cp-degree", type=positive_int, help="fixed CP degree of static-cp (default: smallest that fits)")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -93,7 +96,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         base = load_scenario(args.scenario)
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in
                                ("model", "gpu", "tp", "pp", "pool", "context_len", "global_batch_tokens", "trace",
-                                "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap", "ep",
+                                "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap", "attention_backend", "ep",
                                 "moe_recompute", "global_batch_seqs")}
     changes["max_tokens_per_rank"] = getattr(args, "max_seqlen_per_rank", None)
     if getattr(args, "gpu", None):

@@ -43,6 +43,7 @@ class Scenario:
     memory_reserve_gb: float = 6.0
     cost_terms: str = "all"  # which cost-model terms are on: 'all', 'legacy', edits like 'all,-tp_comm'
     tp_comm_overlap: float = 0.0  # fraction of TP communication hidden behind GEMMs (0: Megatron's default)
+    attention_backend: str | None = None  # fa2, fa3, cudnn; default: TransformerEngine's pick on the GPU
     ep: int = 1  # expert-parallel degree of a MoE model, carved from the pool (cost_models.moe)
     moe_recompute: bool = True  # MoE layers recompute router + experts in the backward (cost_models.moe)
     global_batch_seqs: int = 0  # > 0: global batches of this many sequences (the token budget is then unused)
@@ -69,7 +70,7 @@ class Scenario:
         return JobSpec(model=get_model(self.model), gpu=self.gpu_object(), tp=self.tp, pp=self.pp, pool=self.pool,
                        context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
                        memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank,
-                       tp_comm_overlap=self.tp_comm_overlap, ep=self.ep, moe_recompute=self.moe_recompute)
+                       tp_comm_overlap=self.tp_comm_overlap, attention_backend=self.attention_backend, ep=self.ep, moe_recompute=self.moe_recompute)
 
     def gpu_object(self) -> GPUSpec:
         """The GPU: the ``[gpu]`` table when there is one, else the preset or file named by ``gpu``."""

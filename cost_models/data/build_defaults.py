@@ -11,8 +11,8 @@ Steps (sources and licences in reference/SOURCES.md):
    The papers' runs use hidden size 2048 (heads = 2048 / head_dim) and batches of ``batch_tokens`` tokens
    (batch = batch_tokens / seqlen); time = FLOPs / (TFLOP/s · 10¹²) with the papers' own FLOP convention,
    which is cost_models.profile_table's: forward 4·seqlen²·d·heads per sequence, halved under a causal mask,
-   backward 2.5x forward. The FA2 paper's ``fwd+bwd`` rows have no op of their own in the schema; they are
-   left out of the profile (they serve as a check of the causal-backward derivation in docs/calibration.md).
+   backward 2.5x forward. The FA2 paper's ``fwd+bwd`` rows become ``attn_fwd_bwd`` rows (3.5x the forward
+   FLOPs): they set FA2's backward curves (step 5).
 2. ``nccl_h100x8_intranode.csv`` (nccl-tests) → collective rows: out-of-place time, ``size_bytes`` as bytes,
    ``ngpu`` as group size, link nvlink.
 3. Fit with :func:`cost_models.fitting.fit_calibration` on top of the published figures
@@ -22,6 +22,11 @@ Steps (sources and licences in reference/SOURCES.md):
    curve. Network links stay at the published figures (the NCCL data is intra-node only).
 4. ``attn_h100_per_doc_by_cp_tp.csv`` (DistCA) → relative CP / TP speed-ups against the fitted forward curve
    (cp_scaling_check.csv); absolute values are not used (its head configuration is unknown).
+5. ``h200_cudnn_sdpa_llama31.csv`` (cudnn-frontend) → attention rows of kernel ``cudnn-1.19.0`` (device
+   h200) in the same profile, fitted with the rest: the cuDNN backend's four curves
+   (cost_models.attention_backends; both GPUs, by the same H100 = H200 compute argument as step 3). FA2's
+   backward curves come from the FA2 paper's ``fwd+bwd`` rows (op ``attn_fwd_bwd``): backward time =
+   fwd+bwd time − the fitted forward.
 """
 
 from __future__ import annotations
@@ -41,21 +46,22 @@ HERE = Path(__file__).parent
 REFERENCE = HERE / "reference"
 FA_HIDDEN = 2048  # FlashAttention-2/3 papers' benchmark setting
 NCCL_SOURCE = "nccl-tests out-of-place, H100 SXM x8 one node (hao-ai-lab/DistCA nccl_perf.csv, Apache-2.0)"
+CUDNN_SOURCE = ("cudnn-frontend SDPA benchmark, H200, Llama-3.1 shape (NVIDIA/cudnn-frontend "
+                "benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn, MIT)")
 NAMES = {"h100": "h100-reference-fit", "h200": "h200-from-h100-reference-fit"}
 
 
 def convert_published_attention(path: Path) -> pd.DataFrame:
-    """Profile rows (attn_fwd / attn_bwd) from the published TFLOP/s table; fwd+bwd rows are dropped."""
+    """Profile rows (attn_fwd / attn_bwd / attn_fwd_bwd) from the published TFLOP/s table."""
     src = pd.read_csv(path)
-    src = src[src["pass"].isin(["fwd", "bwd"])]
     rows = []
     for r in src.to_dict("records"):
         L, d = int(r["seqlen"]), int(r["head_dim"])
         heads, batch = FA_HIDDEN // d, int(r["batch_tokens"]) // L
         flops = 4.0 * L**2 * d * heads * batch * (0.5 if int(r["causal"]) else 1.0)
-        flops *= ATTENTION_BWD_FACTOR if r["pass"] == "bwd" else 1.0
+        flops *= {"fwd": 1.0, "bwd": ATTENTION_BWD_FACTOR, "fwd+bwd": 1.0 + ATTENTION_BWD_FACTOR}[r["pass"]]
         seconds = float(f"{flops / (float(r['tflops']) * 1e12):.6g}")
-        rows.append({"op": f"attn_{r['pass']}", "kernel": r["kernel"], "q_len": L, "kv_len": L,
+        rows.append({"op": "attn_" + r["pass"].replace("+", "_"), "kernel": r["kernel"], "q_len": L, "kv_len": L,
                      "batch": batch, "heads": heads, "kv_heads": heads, "head_dim": d,
                      "causal": int(r["causal"]), "device": "h100", "seconds": seconds,
                      "source": str(r["source"])})
@@ -71,6 +77,19 @@ def convert_nccl(path: Path) -> pd.DataFrame:
     return _table(rows)
 
 
+def convert_cudnn_h200(path: Path) -> pd.DataFrame:
+    """Profile rows of the cudnn-frontend H200 SDPA table (forward and backward, causal and unmasked)."""
+    src = pd.read_csv(path)
+    rows = []
+    for r in src.to_dict("records"):
+        for op, col in (("attn_fwd", "fwd_ms"), ("attn_bwd", "bwd_ms")):
+            rows.append({"op": op, "kernel": r["kernel"], "q_len": int(r["seqlen"]), "kv_len": int(r["seqlen"]),
+                         "batch": int(r["batch"]), "heads": int(r["heads_q"]), "kv_heads": int(r["heads_kv"]),
+                         "head_dim": int(r["head_dim"]), "causal": int(r["mask"] == "causal"), "device": "h200",
+                         "seconds": float(f"{float(r[col]) / 1e3:.6g}"), "source": CUDNN_SOURCE})
+    return _table(rows)
+
+
 def _table(rows: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows).reindex(columns=list(COLUMNS))
     return validate_profile(df.astype(object).where(df.notna(), ""), origin="converted reference table")
@@ -79,7 +98,8 @@ def _table(rows: list[dict]) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     out = Path(argv[0]) if argv else HERE
     att = convert_published_attention(REFERENCE / "h100_attention_tflops_published.csv")
-    profile = pd.concat([att, convert_nccl(REFERENCE / "nccl_h100x8_intranode.csv")], ignore_index=True)
+    cudnn = convert_cudnn_h200(REFERENCE / "h200_cudnn_sdpa_llama31.csv")
+    profile = pd.concat([att, cudnn, convert_nccl(REFERENCE / "nccl_h100x8_intranode.csv")], ignore_index=True)
     write_profile(profile, out / "profile_h100.csv")
     profile = read_profile(out / "profile_h100.csv")
     for gpu, name in NAMES.items():

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, default_calibration, get_gpu
+from dcpsim.cost_models import AnalyticCostModel, Calibration, CostTerms, GroupBatch, default_calibration, get_gpu
 from dcpsim.cost_models.calibration import COLLECTIVES, LINKS, LinkModel, SaturatingCurve, published_calibration
 from dcpsim.cost_models.data import build_defaults
 from dcpsim.cost_models.errors import CalibrationError
@@ -25,7 +25,7 @@ from dcpsim.cost_models.profile_table import COLUMNS, read_profile, validate_pro
 from tests.conftest import small_job
 
 DATA = Path(build_defaults.__file__).parent
-SHIPPED_KERNELS = ("fa3", "fa2", "cudnn9.1")
+SHIPPED_KERNELS = ("fa3", "fa2", "cudnn9.1", "cudnn-1.19.0")
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +210,8 @@ def test_changing_attn_fwd_changes_forward_compute_only():
     job = small_job(pool=16)
     cal = default_calibration(job.gpu)
     slow = replace(cal, attn_fwd=replace(cal.attn_fwd, peak_tflops=cal.attn_fwd.peak_tflops / 2))
-    a, b = (AnalyticCostModel(job, c).group_costs(_groups(8)) for c in (cal, slow))
+    single_curve = CostTerms.parse("all,-attention_backend")  # the calibration's own curve prices attention
+    a, b = (AnalyticCostModel(job, c, single_curve).group_costs(_groups(8)) for c in (cal, slow))
     assert np.all(b.fwd_compute_s > a.fwd_compute_s)
     np.testing.assert_array_equal(a.bwd_compute_s, b.bwd_compute_s)
     # Ulysses communication does not overlap compute; the ring group here hides its transfers either way

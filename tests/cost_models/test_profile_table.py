@@ -39,22 +39,23 @@ def write(tmp_path: Path, *rows: str, header: str = HEADER) -> Path:
 def test_shipped_profile_reads_and_round_trips(tmp_path):
     df = read_profile(SHIPPED)
     assert list(df.columns) == list(COLUMNS)
-    assert set(df["op"]) == {"attn_fwd", "attn_bwd", "all_gather", "all_reduce", "reduce_scatter"}
+    assert set(df["op"]) == {"attn_fwd", "attn_bwd", "attn_fwd_bwd", "all_gather", "all_reduce", "reduce_scatter"}
     write_profile(df, tmp_path / "again.csv")
     assert (tmp_path / "again.csv").read_text() == SHIPPED.read_text()
 
 
 def test_shipped_profile_is_the_conversion_of_the_copied_reference_tables():
     att = build_defaults.convert_published_attention(PUBLISHED)
+    cudnn = build_defaults.convert_cudnn_h200(build_defaults.REFERENCE / "h200_cudnn_sdpa_llama31.csv")
     nccl = build_defaults.convert_nccl(build_defaults.REFERENCE / "nccl_h100x8_intranode.csv")
     shipped = read_profile(SHIPPED)
-    pd.testing.assert_frame_equal(pd.concat([att, nccl], ignore_index=True), shipped)
+    pd.testing.assert_frame_equal(pd.concat([att, cudnn, nccl], ignore_index=True), shipped)
 
 
 def test_converted_attention_recovers_the_published_tflops():
-    """TFLOP/s → seconds → TFLOP/s with the FA papers' FLOP count (causal half, backward 2.5x) is exact."""
+    """TFLOP/s → seconds → TFLOP/s with the FA papers' FLOP count (causal half, backward 2.5x, fwd+bwd 3.5x)
+    is exact."""
     src = pd.read_csv(PUBLISHED)
-    src = src[src["pass"].isin(["fwd", "bwd"])].reset_index(drop=True)
     df = build_defaults.convert_published_attention(PUBLISHED)
     np.testing.assert_allclose(row_tflops(df), src["tflops"], rtol=1e-5)
     assert (df["heads"] * df["head_dim"] == 2048).all() and (df["batch"] * df["q_len"] == 16384).all()
@@ -151,3 +152,16 @@ def test_write_profile_validates_and_fills_optional_columns(tmp_path):
     assert back["bytes"].iloc[0] == 1 << 20 and back["seconds"].iloc[0] == 2.5e-4
     with pytest.raises(CalibrationError, match="row 1: seconds"):
         write_profile(df.assign(seconds=-1.0), tmp_path / "bad.csv")
+
+
+def test_cudnn_rows_keep_the_measured_times_and_tflops():
+    """cudnn-frontend H200 table: seconds = ms / 1000, and the table's own TFLOP/s (non-masked FLOPs,
+    backward 2.5x) come back within its 3-digit rounding."""
+    path = build_defaults.REFERENCE / "h200_cudnn_sdpa_llama31.csv"
+    src = pd.read_csv(path)
+    df = build_defaults.convert_cudnn_h200(path)
+    fwd, bwd = df[df["op"] == "attn_fwd"], df[df["op"] == "attn_bwd"]
+    np.testing.assert_allclose(fwd["seconds"], src["fwd_ms"] / 1e3, rtol=1e-5)
+    np.testing.assert_allclose(bwd["seconds"], src["bwd_ms"] / 1e3, rtol=1e-5)
+    np.testing.assert_allclose(row_tflops(fwd), src["fwd_tflops"], rtol=0.01)
+    np.testing.assert_allclose(row_tflops(bwd), src["bwd_tflops"], rtol=0.01)

@@ -51,7 +51,9 @@ def test_example_matches_the_analytic_model(capsys):
     assert r["flops"]["attention_fwd"] == pytest.approx(float(attention_fwd_flops(32768, model)))
     cal = default_calibration(get_gpu("h100"))
     assert r["calibration"] == cal.name
-    expected = float(cal.attn_fwd.seconds(r["flops"]["attention_fwd"], 32768))
+    fwd_curve, _, name = AnalyticCostModel(job, cal).attention_curves()
+    assert r["attention_backend"] == name == "cudnn (cudnn-1.19.0)"  # TransformerEngine's pick on Hopper
+    expected = float(fwd_curve.seconds(r["flops"]["attention_fwd"], 32768))
     assert r["attention_fwd_s"] == pytest.approx(expected)
     assert r["linear_bwd_s"] == pytest.approx(2 * r["linear_fwd_s"])
 
@@ -85,8 +87,9 @@ def test_tp_and_model_overrides(capsys):
 def test_calibration_file_changes_only_its_terms(tmp_path, capsys):
     cal = default_calibration(get_gpu("h100"))
     slow = tmp_path / "slow.json"
-    half_speed = replace(cal.attn_fwd, peak_tflops=cal.attn_fwd.peak_tflops / 2)
-    slow.write_text(replace(cal, attn_fwd=half_speed).to_json())
+    cudnn = cal.attention["cudnn"]  # the default backend on H100
+    half_speed = replace(cudnn.fwd_causal, peak_tflops=cudnn.fwd_causal.peak_tflops / 2)
+    slow.write_text(replace(cal, attention=dict(cal.attention, cudnn=replace(cudnn, fwd_causal=half_speed))).to_json())
     args = ["cost", "--model", "llama3-8b", "--seq-len", "65536", "--cp", "8", "--cp-engine", "ulysses",
             "--json"]
     a = run_json(capsys, args)
@@ -149,3 +152,20 @@ def test_ring_steps_pay_their_fixed_cost(capsys):
                                                 + cal.microbatch_overhead_fwd_s, rel=1e-12)
     assert r["overhead_bwd_s"] == pytest.approx(cal.layer_overhead_bwd_s + 7 * cal.ring_step_overhead_bwd_s
                                                 + cal.microbatch_overhead_bwd_s, rel=1e-12)
+
+
+def test_attention_backends_are_priced_by_their_own_curves(capsys):
+    """FA2 < FA3 < cuDNN at 32K on H200 (published throughput ~346, ~644, ~694 TFLOP/s causal forward);
+    the term off prices the calibration's single (FA3) curve; a backend without curves is one clear error."""
+    base = ["cost", "--model", "llama3-8b", "--gpu", "h200", "--seq-len", "32768", "--json"]
+    t = {b: run_json(capsys, [*base, "--attention-backend", b])["attention_fwd_s"] for b in ("fa2", "fa3", "cudnn")}
+    assert t["fa2"] > t["fa3"] > t["cudnn"]
+    assert t["fa2"] / t["cudnn"] == pytest.approx(2.0, rel=0.1)  # "up to 2x" between backends
+    assert run_json(capsys, base)["attention_fwd_s"] == t["cudnn"]
+    job = JobSpec(model=get_model("llama3-8b"), gpu=get_gpu("h200"), attention_backend="fa2")
+    from dcpsim.cost_models.calibration import published_calibration
+    from dcpsim.cost_models.errors import CalibrationError
+    with pytest.raises(CalibrationError, match="no curves for attention_backend = 'fa2'"):
+        AnalyticCostModel(job, published_calibration(job.gpu)).group_costs(one_group(4096))
+    off = AnalyticCostModel(job, terms=CostTerms.parse("all,-attention_backend"))
+    assert off.attention_curves()[0] == default_calibration(job.gpu).attn_fwd
