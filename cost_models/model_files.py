@@ -1,7 +1,8 @@
 """Models from files: a Hugging Face ``config.json`` or a TOML file with the fields of :class:`ModelSpec`.
 
 ``resolve_model(text)`` is what ``--model`` and the scenario field ``model`` go through: a preset name
-(cost_models/presets.py), a path ending in ``.json`` (a Hugging Face config) or in ``.toml``.
+(cost_models/presets.py), a path ending in ``.json`` (a Hugging Face config) or in ``.toml``, or a folder
+holding a ``config.json`` (a downloaded Hugging Face model).
 
 Hugging Face families (``model_type``, else the first of ``architectures``) and what is read, following each
 family's modelling code in transformers (``models/<family>/modeling_<family>.py``):
@@ -85,6 +86,12 @@ _TOML_BOOL = ("tied_embeddings", "qkv_bias", "o_bias", "qk_norm", "shared_expert
 _TOML_STR = ("name", "mlp", "source")
 TOML_KEYS = _TOML_STR + _TOML_INT + _TOML_BOOL + ("dense_layers",)
 TOML_REQUIRED = ("hidden", "ffn", "layers", "heads", "vocab")
+
+
+def model_dir_config(text: str) -> Path | None:
+    """``text/config.json`` when ``text`` is a folder holding one (a downloaded Hugging Face model)."""
+    p = Path(str(text)) / "config.json"
+    return p if p.is_file() else None
 
 
 def is_model_file(text: str) -> bool:

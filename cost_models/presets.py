@@ -121,10 +121,12 @@ def get_model(name: str) -> ModelSpec:
     (``.toml``), read by :mod:`cost_models.model_files`."""
     if name in MODELS:
         return MODELS[name]
-    from dcpsim.cost_models.model_files import is_model_file, load_model_file
+    from dcpsim.cost_models.model_files import is_model_file, load_model_file, model_dir_config
 
     if is_model_file(name):
         return load_model_file(name)
+    if model_dir_config(name):  # a Hugging Face model folder: its config.json
+        return load_model_file(model_dir_config(name))
     raise SpecError(f"unknown model preset {name!r}; valid: {', '.join(sorted(MODELS))}, or a Hugging Face "
                     "config.json or a model .toml file")
 

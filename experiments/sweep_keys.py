@@ -43,7 +43,8 @@ def file_digest(path: str | Path) -> str:
 
 def named_files(scenario: dict[str, Any]) -> dict[str, str]:
     """The files a scenario's fields name, by field: ``trace`` (a trace file, not a preset nor a distribution
-    spec), ``calibration`` (a calibration JSON), ``gpu`` (a GPU ``.toml`` file, not a preset)."""
+    spec), ``calibration`` (a calibration JSON), ``gpu`` (a GPU ``.toml`` file, not a preset), ``model`` (a
+    Hugging Face ``config.json`` or a model ``.toml``, not a preset)."""
     from dcpsim.traces.spec import is_distribution_spec
 
     named = {}
@@ -55,6 +56,11 @@ def named_files(scenario: dict[str, Any]) -> dict[str, str]:
     gpu = scenario.get("gpu")
     if isinstance(gpu, str) and gpu.endswith(".toml"):
         named["gpu"] = gpu
+    model = scenario.get("model")  # a config.json / model TOML (cost_models.model_files), or a model folder
+    if isinstance(model, str) and Path(model).suffix.lower() in (".json", ".toml"):
+        named["model"] = model
+    elif isinstance(model, str) and (Path(model) / "config.json").is_file():
+        named["model"] = str(Path(model) / "config.json")
     return named
 
 

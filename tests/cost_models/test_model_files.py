@@ -182,3 +182,9 @@ def test_sliding_window_in_use_is_refused():
     assert from_hf_config(dict(cfg, sliding_window=None), "mistral").params_total == pytest.approx(
         7.24e9, rel=0.01
     )
+
+
+def test_a_model_folder_reads_its_config_json():
+    folder = get_model(str(MODELS_DIR / "Mixtral-8x7B-v0.1"))
+    assert folder == load_model_file(MODELS_DIR / "Mixtral-8x7B-v0.1" / "config.json")
+    assert folder.name == "Mixtral-8x7B-v0.1"

@@ -36,3 +36,15 @@ def test_bool_and_int_fields_are_type_checked(tmp_path):
     f.write_text('ep = "8"\n')
     with pytest.raises(ScenarioError, match="ep = '8' is invalid"):
         load_scenario(str(f))
+
+
+def test_a_sweep_point_hashes_the_model_file_it_names(tmp_path, monkeypatch):
+    from dcpsim.experiments.sweep_keys import file_digest, point_files
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()
+    shutil.copy(MIXTRAL, tmp_path / "m" / "config.json")
+    digest = file_digest(tmp_path / "m" / "config.json")
+    assert point_files({"model": "m/config.json"}) == {"model": digest}
+    assert point_files({"model": "m"}) == {"model": digest}  # a model folder: its config.json
+    assert point_files({"model": "qwen3-30b-a3b"}) == {}  # a preset is code
