@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --backend ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT); default: "
                         "start a local Ray instance of --workers CPUs for this run")
     p.add_argument("--max-retries", type=non_negative_int, default=3,
-                   help="with --backend ray: retries of a task whose worker died (default 3); then an error")
+                   help="retries of a task whose worker process died (default 3); then it is stored as an error")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 

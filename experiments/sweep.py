@@ -35,7 +35,6 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,10 +245,11 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, workers: int = 1, retry_errors:
               max_retries: int = 3) -> SweepReport:
     """Run every task of ``sweep`` not already stored in ``out_dir``, then write the results table.
 
-    ``backend="process"``: ``workers`` > 1 runs tasks in that many processes, 1 in this process.
-    ``backend="ray"``: Ray tasks on the cluster at ``address`` (``auto``, ``host:port``, ``ray://…``), or on a
-    local instance of ``workers`` CPUs started for the call when ``address`` is None; a task whose worker dies
-    is retried ``max_retries`` times, then recorded as an error. ``progress(done, total)`` is called after
+    ``backend="process"``: ``workers`` > 1 runs tasks in that many processes (:mod:`experiments.sweep_pool`),
+    1 in this process. ``backend="ray"``: Ray tasks on the cluster at ``address`` (``auto``, ``host:port``,
+    ``ray://…``), or on a local instance of ``workers`` CPUs started for the call when ``address`` is None
+    (:mod:`experiments.sweep_ray`). On both, a task whose worker process dies is retried ``max_retries``
+    times, then recorded as an error. ``progress(done, total)`` is called after
     every finished task (``total`` counts the tasks to compute in this call).
     """
     if backend not in BACKENDS:
@@ -288,7 +288,9 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, workers: int = 1, retry_errors:
         for t in todo:
             finished(run_task(t))
     else:
-        _run_parallel(todo, workers, finished)
+        from dcpsim.experiments.sweep_pool import run_pool
+
+        run_pool(todo, finished, workers, max_retries=max_retries)
     return finish(sweep, tasks, out_dir, len(todo), reused)
 
 
@@ -309,27 +311,6 @@ def finish(sweep: Sweep, tasks: list[Task], out_dir: Path, computed: int, reused
 
     files, n = write_results(rows, out_dir)
     return SweepReport(len(tasks), computed, reused, failed, n, files)
-
-
-def _run_parallel(todo: list[Task], workers: int, finished: Callable[[dict[str, Any]], None]) -> None:
-    """Run tasks in a process pool, at most ``2 × workers`` in flight; store each as it completes."""
-    pool = ProcessPoolExecutor(max_workers=workers)
-    pending: set = set()
-    queue = iter(todo)
-    try:
-        for t in itertools.islice(queue, 2 * workers):
-            pending.add(pool.submit(run_task, t))
-        while pending:
-            complete, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in complete:
-                finished(fut.result())
-                nxt = next(queue, None)
-                if nxt is not None:
-                    pending.add(pool.submit(run_task, nxt))
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
 
 
 def result_row(t: Task, rec: dict[str, Any]) -> dict[str, Any]:
