@@ -1,0 +1,29 @@
+"""Start-up stays light: 'dcpsim --help' and 'dcpsim policies' load none of the heavy libraries, and the figure
+modules never touch pyplot or the global matplotlib backend. (Times are measured by
+experiments/bench_startup.py; these tests check what is imported, which is what makes it fast.)"""
+
+import subprocess
+import sys
+
+HEAVY = ("pandas", "scipy", "matplotlib", "simpy", "pyarrow", "torch", "tqdm")
+
+
+def loaded_after(code: str) -> list[str]:
+    probe = (f"{code}\nimport sys\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return out.split("\n")[-2].split()
+
+
+def test_help_and_policies_import_no_heavy_library():
+    assert loaded_after("from dcpsim.experiments.cli import build_parser\nbuild_parser().format_help()") == []
+    policies = ("import contextlib, io\nfrom dcpsim.experiments.cli import main\n"
+                "with contextlib.redirect_stdout(io.StringIO()):\n    main(['policies'])")
+    assert loaded_after(policies) == []
+
+
+def test_figures_use_the_object_api_and_leave_the_backend_alone():
+    code = ("import matplotlib\nmatplotlib.use('svg')\nimport dcpsim.experiments.figures\n"
+            "import dcpsim.experiments.cmd_calibrate, dcpsim.experiments.cmd_validate\n"
+            "import sys\nassert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
+            "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()")
+    subprocess.run([sys.executable, "-c", code], check=True)
