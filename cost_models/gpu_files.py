@@ -34,8 +34,9 @@ else:  # pragma: no cover
 _FIELDS = {f.name: f for f in dataclasses.fields(GPUSpec)}
 _INT_FIELDS = ("gpus_per_node", "nvlink_domain", "nics_per_node")
 _STR_FIELDS = ("name", "source")
+DEFAULT_TO_NODE = ("nvlink_domain", "nics_per_node")  # default: one domain per node, one NIC per GPU
 REQUIRED = tuple(n for n, f in _FIELDS.items()
-                 if f.default is dataclasses.MISSING and n != "name")
+                 if f.default is dataclasses.MISSING and n != "name" and n not in DEFAULT_TO_NODE)
 
 
 def _check_type(origin: str, key: str, v: Any) -> None:
@@ -77,9 +78,10 @@ def gpu_from_mapping(d: Mapping[str, Any], origin: str) -> GPUSpec:
         base["source"] = f"{origin} on top of preset {base_name!r}"
         if "name" not in fields:
             base["name"] = f"{base_name}-custom"
-        for derived in ("nvlink_domain", "nics_per_node"):  # follow a changed node size unless given
-            if "gpus_per_node" in fields and derived not in fields and base[derived] == base["gpus_per_node"]:
-                base[derived] = None
+    node = fields.get("gpus_per_node", base.get("gpus_per_node"))
+    for derived in DEFAULT_TO_NODE:  # unless given: one per GPU of a node, following a changed node size
+        if derived not in fields and base.get(derived) in (None, base.get("gpus_per_node")):
+            base[derived] = node
     try:
         return GPUSpec(**{**base, **fields})
     except SpecError as e:

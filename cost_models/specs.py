@@ -188,8 +188,8 @@ class GPUSpec:
     whole GB200 NVL72 rack of 72; AMD's Infinity Fabric for the MI300X) talk at ``nvlink_gbs``; GPUs of
     different domains go through the scale-out NICs, ``nics_per_node`` per node of ``gpus_per_node`` GPUs,
     each carrying ``network_gbs`` of NCCL bandwidth (``nic_gbs`` is its line rate). A domain is a whole number
-    of nodes. Defaults: the node is its own NVLink domain, and one NIC per GPU (rail-optimised, as in NVIDIA's
-    DGX/HGX reference architectures).
+    of nodes. (GPU files default the domain to one node and to one NIC per GPU, rail-optimised as in NVIDIA's
+    DGX/HGX reference architectures: cost_models.gpu_files.)
     """
 
     name: str
@@ -199,8 +199,8 @@ class GPUSpec:
     nvlink_gbs: float  # effective NCCL bus bandwidth inside an NVLink domain
     network_gbs: float  # effective NCCL bandwidth of one NIC (one GPU's rail) across domains
     gpus_per_node: int  # GPUs per node (server, or GB200 compute tray): the unit NICs are counted in
-    nvlink_domain: int | None = None  # GPUs sharing one NVLink domain (None: gpus_per_node)
-    nics_per_node: int | None = None  # scale-out NICs per node (None: gpus_per_node, one per GPU)
+    nvlink_domain: int  # GPUs sharing one NVLink domain (8 on HGX, 72 on GB200 NVL72)
+    nics_per_node: int  # scale-out NICs per node (one per GPU on rail-optimised clusters)
     nic_gbs: float | None = None  # line rate of one NIC, 10^9 bytes/s (None: not stated)
     source: str = ""  # where the numbers come from
 
@@ -209,10 +209,6 @@ class GPUSpec:
             v = getattr(self, f)
             _require(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, f"gpu.{f}", v,
                      "a positive number")
-        if self.nvlink_domain is None:
-            object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
-        if self.nics_per_node is None:
-            object.__setattr__(self, "nics_per_node", self.gpus_per_node)
         for f in ("gpus_per_node", "nvlink_domain", "nics_per_node"):
             v = getattr(self, f)
             _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"gpu.{f}", v,
