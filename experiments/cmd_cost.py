@@ -78,6 +78,9 @@ def build_model(args: argparse.Namespace) -> ModelSpec:
     hidden = args.hidden or (base.hidden if base else heads * head_dim)
     ffn = args.ffn or (base.ffn if base else round(3.5 * hidden))
     kv_heads = args.kv_heads or (base.kv_heads if base else heads)
+    if base is not None:  # keep what the sizes do not say: MoE layers (priced as a MoE layer), biases, mlp kind
+        return replace(base, name=f"{base.name}-1-layer", hidden=hidden, ffn=ffn, layers=1, heads=heads,
+                       kv_heads=kv_heads, head_dim=head_dim, dense_layers=())
     return ModelSpec(name=f"{base.name if base else 'custom'}-1-layer", hidden=hidden, ffn=ffn, layers=1,
                      heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                      vocab=base.vocab if base else DEFAULT_VOCAB)

@@ -181,3 +181,10 @@ def test_malformed_inputs_are_one_line_without_traceback(tmp_path, capsys):
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in err, (argv, err)
         assert phrase in lines[0], (argv, lines[0])
+
+
+def test_cost_of_one_moe_layer_counts_the_active_experts(capsys):
+    assert main(["cost", "--model", "mixtral-8x7b", "--seq-len", "8192", "--gpu", "h100", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    attn, router, expert = 2 * 4096 * 4096 + 2 * 4096 * 1024, 4096 * 8, 3 * 4096 * 14336
+    assert d["flops"]["linear_fwd"] == 8192 * 2 * (attn + router + 2 * expert)
