@@ -204,3 +204,23 @@ def test_inside_one_domain_nothing_changes():
     """W = 8, TP 1: the pool is one node; NVLink, links on or off."""
     job = JobSpec(get_model("llama3-8b"), get_gpu("h100"), tp=1, pp=1, pool=8)
     assert model(job).grad_sync_s(0) == model(job, LEGACY).grad_sync_s(0)
+
+
+# ---- NICs in use: point-to-point sends ----------------------------------------------------------------------
+def test_a_cp_ring_step_across_nodes_uses_one_nic_per_gpu_shared_when_nodes_have_fewer():
+    """A ring step is one GPU's send to the next member: on rail-optimised nodes over its own NIC, whatever
+    the group's size; on nodes with 4 NICs for 8 GPUs two GPUs share one (half the rate). Ring of 16 at TP 1
+    over two nodes, one layer, no compute to hide behind: 15 steps of K and V, 2 · (65536/16) · 8 KV heads
+    · 128 · 2 = 16,777,216 bytes each, forward 15 · (8.4 + 14 µs + bytes / 47 GB/s) = 5.690 ms."""
+    nbytes = 2 * (65536 / 16) * 8 * 128 * 2
+    args = (np.array([65536.0]), np.array([16.0]), np.array([1.0]), np.zeros(1), np.zeros(1), np.array([True]))
+    rail = JobSpec(get_model("llama3-8b"), get_gpu("h100"), tp=1, pp=1, pool=16)
+    fwd, bwd = model(rail)._ring_exposed(*args)
+    assert float(fwd[0]) == pytest.approx(15 * send(nbytes, 47.0, NET_HOP), rel=1e-12)
+    assert float(fwd[0]) == pytest.approx(5.690e-3, rel=1e-3)
+    assert float(bwd[0]) == pytest.approx(15 * send(2 * nbytes, 47.0, NET_HOP), rel=1e-12)
+    half = JobSpec(get_model("llama3-8b"), resolve_gpu({"base": "h100", "nics_per_node": 4}), tp=1, pp=1, pool=16)
+    fwd, _ = model(half)._ring_exposed(*args)
+    assert float(fwd[0]) == pytest.approx(15 * send(2 * nbytes, 47.0, NET_HOP), rel=1e-12)
+    fwd, _ = model(half, LEGACY)._ring_exposed(*args)  # the first version: one NIC each, always
+    assert float(fwd[0]) == pytest.approx(15 * send(nbytes, 47.0, NET_HOP), rel=1e-12)
