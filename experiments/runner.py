@@ -95,8 +95,10 @@ def run_policy(spec: PolicySpec, batches: Sequence[Any], cost_model: CostModel,
         t0 = time.perf_counter()
         plan = policy.plan(batch, job, cost_model)
         sched = time.perf_counter() - t0
-        # A plan whose policy does not honour the budget (upstream's legacy scheduler) says so in its meta.
-        limit = plan.meta.get("max_tokens_per_rank", budget) if plan.meta.get("memory_checked", True) else None
+        # Checked against the cost model's budget, never the one a plan's metadata claims (a policy could inflate
+        # it). A policy that does not honour any budget (upstream's legacy scheduler) says so in its meta; its
+        # plans are then held to no budget, and sim.bound bounds them without one (the bound checks the plan).
+        limit = budget if plan.meta.get("memory_checked", True) else None
         validate_plan(plan, batch, max_tokens_per_rank=limit,
                       kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank)
         out.append(simulate_plan(plan, batch, cost_model, scheduling_time_s=sched))

@@ -51,6 +51,10 @@ class Metrics:
     num_microbatches: float = metric("microbatches", MEAN, table=Column("mbs", "{:.0f}"))
     scheduling_time_s: float = metric("s", MEAN, table=Column("sched ms", "{:.1f}", scale=1e3), wall_clock=True)
     peak_memory_gib: float = metric("GiB", MAX, table=Column("peak GiB", "{:.1f}"))  # max over ranks
+    # sim.bound: no valid plan of the batch runs faster (docs/bound.md); 0.0 where none was computed
+    bound_s: float = metric("s", MEAN, table=Column("bound s", "{:.2f}"), default=0.0)
+    efficiency: float = metric("fraction", ratio("bound_s", "iteration_time_s"), table=Column("eff", "{:.2f}"),
+                               default=0.0)  # bound ÷ iteration time; a run: Σ bound / Σ time
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -123,7 +127,8 @@ def microbatch_skew(table: pd.DataFrame) -> np.ndarray:
 
 
 def compute_metrics(tl: Timeline, *, tokens: int, model_flops: float, num_gpus: int, peak_tflops: float,
-                    peak_memory_gib: float, num_microbatches: int, scheduling_time_s: float = 0.0) -> Metrics:
+                    peak_memory_gib: float, num_microbatches: int, scheduling_time_s: float = 0.0,
+                    bound_s: float = 0.0) -> Metrics:
     T = tl.iteration_time
     s = per_rank_sums(tl)
     busy = s["compute"] + s["cp"] + s["pp"] + s["dp"] + s["dp_wait"] + s["tp"]
@@ -151,6 +156,8 @@ def compute_metrics(tl: Timeline, *, tokens: int, model_flops: float, num_gpus: 
         num_microbatches=num_microbatches,
         scheduling_time_s=scheduling_time_s,
         tp_comm_s=float(s["tp"].mean()),
+        bound_s=float(bound_s),
+        efficiency=bound_s / T if T > 0 else 0.0,
     )
 
 

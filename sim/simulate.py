@@ -11,6 +11,7 @@ import numpy as np
 from dcpsim.cost_models.base import CostModel
 from dcpsim.policies.pipeline_order import one_f_one_b_position
 from dcpsim.policies.plan import Plan
+from dcpsim.sim.bound import MEMORY_SLACK, Bound, iteration_bound
 from dcpsim.sim.engine import OpTimes, execute
 from dcpsim.sim.flatten import FlatPlan, flatten
 from dcpsim.sim.metrics import Metrics, compute_metrics
@@ -134,5 +135,18 @@ def simulate_plan(plan: Plan, batch: GlobalBatch, cost_model: CostModel, *, num_
     metrics = compute_metrics(
         tl, tokens=int(lengths.sum()), model_flops=cost_model.model_flops(lengths), num_gpus=job.num_gpus,
         peak_tflops=job.gpu.peak_bf16_tflops, peak_memory_gib=peak_gb * 1e9 / GIB,
-        num_microbatches=plan.num_microbatches, scheduling_time_s=scheduling_time_s)
+        num_microbatches=plan.num_microbatches, scheduling_time_s=scheduling_time_s,
+        bound_s=plan_bound(fp, lengths, cost_model, p).bound_s)
     return IterationResult(plan, tl, metrics, ot.events)
+
+
+def plan_bound(fp: FlatPlan, lengths: np.ndarray, cost_model: CostModel, num_stages: int) -> Bound:
+    """The lower bound (sim.bound) that applies to this plan: under the cost model's memory budget when the
+    plan honours it (checked here, not taken from the plan's metadata), else without a memory constraint."""
+    budget = cost_model.max_tokens_per_rank()
+    per_rank = np.zeros((max(fp.num_microbatches, 1), fp.pool))
+    tpr = fp.groups.tokens_per_rank()
+    np.add.at(per_rank, (fp.group_mb[fp.member_group], fp.member_rank), tpr[fp.member_group])
+    honours = float(per_rank.max(initial=0.0)) <= budget * (1 + MEMORY_SLACK)
+    return iteration_bound(lengths, cost_model, num_stages=num_stages,
+                           max_tokens_per_rank=budget if honours else None)
