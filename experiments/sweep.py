@@ -43,7 +43,7 @@ import pandas as pd
 
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.scenario import Scenario
-from dcpsim.experiments.sweep_keys import code_version, named_files, point_files, task_key
+from dcpsim.experiments.sweep_keys import code_version, named_files, point_files, runtime_versions, task_key
 
 BACKENDS = ("process", "ray")
 TOP_KEYS = {"base", "policies", "seeds", "grid", "set", "description"}
@@ -161,7 +161,6 @@ def _record(task: Task) -> dict[str, Any]:
 
 def run_task(task: Task) -> dict[str, Any]:
     """Run one task in this process; never raises for a problem of the point (the error is recorded)."""
-    from dcpsim import __version__
     from dcpsim.experiments.runner import parse_policy_specs, run_policy
     from dcpsim.experiments.scenario import DEFAULT_SCENARIO
     from dcpsim.experiments.scenario_files import scenario_from_mapping
@@ -184,7 +183,7 @@ def run_task(task: Task) -> dict[str, Any]:
         record["traceback"] = traceback.format_exc(limit=4)
     record["elapsed_s"] = time.perf_counter() - t0
     record["pid"] = os.getpid()
-    record["worker_version"] = __version__  # the driver checks it: a cluster's workers may run other code
+    record["worker_version"] = runtime_versions()  # the driver checks it: a cluster's workers may differ
     return record
 
 

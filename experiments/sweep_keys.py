@@ -8,7 +8,7 @@ result is reused only when none of them changed:
   scenario file recomputes nothing, a changed value recomputes exactly the points it reaches);
 - **code**: :func:`code_version` — ``dcpsim.__version__``, and when the package runs from a git checkout the
   commit of that checkout plus a hash of its uncommitted changes (tracked edits and untracked files) under the
-  package's source folders. Edits to tests, docs or other files of the checkout do not count; an edit to any
+  package's source folders; and the versions of numpy, scipy and simpy. Edits to tests, docs or other files of the checkout do not count; an edit to any
   module or shipped data file (the GPUs' default calibrations live in ``cost_models/data``) recomputes every
   task, since which tasks a code change affects cannot be known;
 - **files**: :func:`point_files` — the sha256 of the trace file, the calibration file and the GPU file when
@@ -27,6 +27,7 @@ from typing import Any
 
 SCHEMA = 2  # bump when a stored record's meaning changes: old files then no longer match any key
 SUBPACKAGES = ("sim", "policies", "cost_models", "traces", "real_runtime", "experiments")
+DEPENDENCIES = ("numpy", "scipy", "simpy")  # the libraries a result's numbers go through
 
 
 def file_digest(path: str | Path) -> str:
@@ -134,9 +135,33 @@ def checkout_state(folders: list[Path]) -> tuple[str, str] | None:
     return head.strip(), dirty
 
 
+def _dist_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:  # pragma: no cover - a dependency is always installed
+        return "absent"
+
+
+@functools.lru_cache(maxsize=1)
+def dependency_versions() -> str:
+    """``numpy X, scipy Y, simpy Z``: the libraries whose arithmetic and event order the results go through
+    (numpy's reductions and random streams, scipy's fits of calibration tables, simpy's event queue)."""
+    return ", ".join(f"{d} {_dist_version(d)}" for d in DEPENDENCIES)
+
+
+def runtime_versions() -> str:
+    """``dcpsim V, numpy X, scipy Y, simpy Z``: what a worker reports, compared with the driver's."""
+    from dcpsim import __version__
+
+    return f"dcpsim {__version__}, {dependency_versions()}"
+
+
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """The version of the code computing results: ``0.1.0``, ``0.1.0+g<commit>``, ``…+g<commit>.dirty<hash>``.
+    """The code computing results: ``0.1.0`` (installed) or ``0.1.0+g<commit>[.dirty<hash>]`` (a checkout),
+    then the dependencies' versions: ``0.1.0+g1a2b3c4d5e6f (numpy 2.2.1, scipy 1.15.0, simpy 4.1.1)``.
 
     Computed once per process (the modules a process has imported do not change under it).
     """
@@ -144,9 +169,11 @@ def code_version() -> str:
 
     state = checkout_state(source_folders())
     if state is None:
-        return __version__
-    commit, dirty = state
-    return f"{__version__}+g{commit[:12]}" + (f".dirty{dirty}" if dirty else "")
+        ours = __version__
+    else:
+        commit, dirty = state
+        ours = f"{__version__}+g{commit[:12]}" + (f".dirty{dirty}" if dirty else "")
+    return f"{ours} ({dependency_versions()})"
 
 
 def task_key(scenario: dict[str, Any], policy: str, files: dict[str, str], code: str) -> str:

@@ -13,8 +13,9 @@ Design:
   worker process dies (killed, out of memory, node lost) is retried by Ray up to ``max_retries`` times
   (``@ray.remote(max_retries=…)``, system failures only); after that its record says so as an error, and
   ``--retry-errors`` runs it again.
-- **Same code on every worker.** Each record carries the worker's ``dcpsim.__version__``; one that differs
-  from the driver's is stored as an error naming both (the key promises results of the driver's code).
+- **Same code on every worker.** Each record carries the worker's versions of dcpsim, numpy, scipy and simpy
+  (``sweep_keys.runtime_versions``); one that differs from the driver's is stored as an error naming both
+  (the key promises results of the driver's code).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def run_ray(todo: list[Task], finished: Callable[[dict[str, Any]], None], num_cp
     ray = import_ray()
     if not todo:
         return
-    from dcpsim import __version__
+    from dcpsim.experiments.sweep_keys import runtime_versions
 
     started = connect(ray, address, num_cpus)
     remote = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(fn)
@@ -107,7 +108,7 @@ def run_ray(todo: list[Task], finished: Callable[[dict[str, Any]], None], num_cp
                 ready += more
             for ref in ready:
                 task = pending.pop(ref)
-                finished(_collect(ray, ref, task, max_retries, __version__))
+                finished(_collect(ray, ref, task, max_retries, runtime_versions()))
                 submit()
     except BaseException:
         for ref in pending:
@@ -129,6 +130,6 @@ def _collect(ray: Any, ref: Any, task: Task, max_retries: int, version: str) -> 
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return error_record(task, f"{type(e).__name__} after {max_retries} retries: {first}")
     if rec.get("worker_version") != version:
-        return error_record(task, f"the worker runs dcpsim {rec.get('worker_version')}, the driver {version}: "
-                                  "install the same version on every node")
+        return error_record(task, f"the worker runs {rec.get('worker_version')}, the driver {version}: "
+                                  "install the same versions on every node")
     return rec

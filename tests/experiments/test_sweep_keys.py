@@ -146,3 +146,18 @@ def test_checkout_state(tmp_path):
     assert checkout_state([pkg]) == (head, "")  # back to the commit: the stored results match again
     (tmp_path / "ignored").mkdir()
     assert checkout_state([tmp_path / "ignored"]) is None  # e.g. a wheel installed into an ignored .venv
+
+
+def test_code_version_names_package_and_dependencies():
+    import numpy
+    import scipy
+    import simpy
+
+    import dcpsim
+    from dcpsim.experiments.sweep_keys import code_version, runtime_versions
+
+    v = code_version()
+    assert v.startswith(dcpsim.__version__)
+    assert v.endswith(f"(numpy {numpy.__version__}, scipy {scipy.__version__}, simpy {simpy.__version__})")
+    assert runtime_versions() == f"dcpsim {dcpsim.__version__}, numpy {numpy.__version__}, " \
+                                 f"scipy {scipy.__version__}, simpy {simpy.__version__}"
