@@ -49,7 +49,9 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 # NCCL's bus bandwidth as a fraction of the link's data-sheet rate, measured on H100 SXM: about 370 GB/s of
-# NVLink 4's 450 GB/s per direction, 47 GB/s of an NDR NIC's 400 Gb/s = 50 GB/s (nccl-tests; module docstring).
+# NVLink 4's 450 GB/s per direction ("450GB/s is the line rate. With the protocol overhead (~20%) NCCL can get
+# an effective NVLink bandwidth of 370GB/s": NCCL maintainer in NVIDIA/nccl-tests#212), 47 GB/s of an NDR
+# NIC's 400 Gb/s = 50 GB/s (nccl-tests; module docstring).
 NVLINK_EFFICIENCY = 370.0 / 450.0
 NIC_EFFICIENCY = 47.0 / 50.0
 NDR_GBS = 50.0  # ConnectX-7 / NDR InfiniBand, 400 Gb/s
