@@ -5,7 +5,8 @@ GPUs (s·W + w)·t .. (s·W + w + 1)·t − 1. Link classes follow the *NVLink d
 GPUs (one 8-GPU HGX node; a whole GB200 NVL72 rack of 72): that rank sits in domain ⌊(s·W + w)·t / D⌋, two
 ranks of one domain talk over NVLink (or Infinity Fabric), ranks of different domains over the scale-out
 NICs. A TP group never straddles a domain (JobSpec: t divides D). With t = 8 on HGX nodes every CP group
-crosses domains; with t = 1 an aligned group of ≤ 8 ranks stays inside one, and on NVL72 one of ≤ 64.
+crosses domains; with t = 1 an aligned group of ≤ 8 ranks stays inside one. On NVL72 (D = 72, not a power of
+two) an aligned group crosses only where a multiple of 72 GPUs falls inside it (GPUs 64..79 do, 0..63 do not).
 
 Which ranks a CP group connects (for groups listing their members; contiguous ones from ``first_rank``):
 a ring (r = c/u outer steps) sends from each member to the member u positions on, cyclically, so it crosses
