@@ -5,7 +5,7 @@ and a [set] table of fixed fields (format: docs/experiments.md; example: experim
 Every point × policy is stored in DIR/points/ as soon as it finishes; rerunning the same command skips
 what is stored, so an interrupted sweep resumes where it stopped. A point that fails is recorded with its
 error and the sweep goes on. Results: DIR/results.parquet and DIR/results.csv, one row per point × policy.
-A stored result is reused only while its scenario, policy, named files (trace, calibration) and the code
+A stored result is reused only while its scenario, policy, named files (trace, calibration, GPU) and the code
 version are unchanged.
 
 --backend ray runs the tasks as Ray tasks, on a running cluster (--address auto or HOST:PORT) or on a local
