@@ -10,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel
+from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, get_model
 from dcpsim.experiments.cli import main
 from dcpsim.experiments.runner import run_policy
 from dcpsim.policies import PlanError
@@ -64,19 +64,21 @@ def test_plan_metadata_cannot_inflate_the_budget() -> None:
 
 
 def test_bound_of_a_plan_that_ignores_memory_is_the_memory_free_bound() -> None:
-    # M = 1000, W = 2. Under the budget every plan needs ≥ Σ L / M = 1.9 rank-slots, each paying a group's
-    # fixed per-layer cost, and the 1800-token sequence degree 2; without the budget neither holds, so the
-    # memory-free bound is lower. A plan with 1800 tokens on one rank gets the memory-free bound, one that
-    # honours the budget the budget's — decided from the plan's tokens, not from its metadata.
-    job = small_job(pool=2, max_tokens_per_rank=1000)
+    # M = 1000, W = 2, 7200 tokens. Under the budget every plan needs ≥ Σ L / M = 7.2 rank-slots, each paying
+    # a group's fixed per-layer cost, and the 1800-token sequence needs degree 2; without the budget neither
+    # holds, so the memory-free bound is lower. A plan with 1800 tokens on one rank gets the memory-free bound
+    # (whatever its metadata says), one that honours the budget gets the budget's.
+    job = small_job(model=get_model("tiny"), pool=2, max_tokens_per_rank=1000)  # tiny: a negligible sync
     cm = AnalyticCostModel(job)
-    batch = GlobalBatch.of([1800, 100])
-    L = np.array([1800, 100])
+    L = np.array([1800] + [900] * 6)
+    batch = GlobalBatch.of(L)
     free = iteration_bound(L, cm, max_tokens_per_rank=None).bound_s
     budget = iteration_bound(L, cm).bound_s
     assert free < budget
-    over = make_plan("x", 2, [[CPGroup((0,), (0,), Engine()), CPGroup((1,), (1,), Engine())]],
+    over = make_plan("x", 2, [[CPGroup((0,), (0,), Engine()), CPGroup((1,), tuple(range(1, 7)), Engine())]],
                      max_tokens_per_rank=1000)
-    fits = make_plan("x", 2, [[CPGroup((0, 1), (0,), Engine.for_size("ring", 2))], [CPGroup((0,), (1,), Engine())]])
-    assert simulate_plan(over, batch, cm).metrics.bound_s == free
-    assert simulate_plan(fits, batch, cm).metrics.bound_s == budget
+    fits = make_plan("x", 2, [[CPGroup((0, 1), (0,), Engine.for_size("ring", 2))]]
+                     + [[CPGroup((0,), (k,), Engine()), CPGroup((1,), (k + 1,), Engine())] for k in (1, 3, 5)])
+    for plan, want in ((over, free), (fits, budget)):
+        m = simulate_plan(plan, batch, cm).metrics
+        assert m.bound_s == want and m.bound_s <= m.iteration_time_s
