@@ -70,7 +70,7 @@ class TargetModel:
     F: np.ndarray  # [E + 1]: F[e] holds on [thresholds[e-1], thresholds[e])
     heavy_thr: np.ndarray  # [G] a cell is heavy below its smallest share
     heavy_k: np.ndarray  # [G] its degree index when heavy (argmin share)
-    rank_work: np.ndarray  # [G, K] R_j · D_k · work[j, k]
+    rank_work: np.ndarray  # [G, K] R_j · D_k · work[j, k] + count_j · D_k · (overhead[j, k] − overhead[j, 0])
     slot_overhead: float  # ō
 
 
@@ -81,7 +81,11 @@ def build_target_model(grid: WorkGrid) -> TargetModel:
     prev_min = np.minimum.accumulate(np.c_[np.full(G, np.inf), wm[:, :-1]], axis=1)
     rec = np.isfinite(wm) & (wm < prev_min) & (R[:, None] > 0)
     rows, cols = np.nonzero(rec)  # row-major: each row's records by increasing degree
-    rw = R[:, None] * grid.degrees[None, :] * grid.work
+    # rank-seconds: the work, plus what each group above the smallest degree adds to its ranks' slots beyond
+    # the slot overhead ō (more ring steps: their fixed costs and latencies), one group per sequence there
+    count = np.bincount(grid.cell, minlength=G).astype(np.float64)
+    extra = np.maximum(grid.overhead - grid.overhead[:, :1], 0.0)
+    rw = R[:, None] * grid.degrees[None, :] * grid.work + count[:, None] * grid.degrees[None, :] * extra
     same = rows[1:] == rows[:-1]
     # Event at τ = share of record q: the cell drops from record q+1's degree to record q's.
     ev_t = wm[rows[:-1], cols[:-1]][same]

@@ -8,8 +8,8 @@ splitting a group's time into a fixed part and per-sequence parts:
     time(group of c ranks, engine u, sequences S)  ≈  overhead(c, u)  +  Σ_{L ∈ S} work(L | c, u)
 
 * ``overhead(c, u)`` is what a group costs before it holds any tokens: the GEMMs' fixed cost (the analytic
-  model's GEMM time is affine in tokens per rank, k·(x + x½)) and the latency terms of the engine's
-  collectives. It is read off the cost model by linear extrapolation to zero tokens from two tiny probes:
+  model's GEMM time is affine in tokens per rank, k·(x + x½)), the latency terms of the engine's
+  collectives, and the cost model's fixed costs (per layer, per ring step: r − 1 of them, per microbatch). It is read off the cost model by linear extrapolation to zero tokens from two tiny probes:
   overhead = 2·time(1 token) − time(2 tokens).
 * ``work(L | c, u)`` = time(L alone in the group) − overhead(c, u): the linear layers' L/c share, the
   sequence's own attention (quadratic, at the kernel efficiency of its own blocks), and its communication.
@@ -21,7 +21,8 @@ hides a short one's transfer). Pricing sequences in isolation without subtractin
 a 1K-token document the GEMMs' fixed cost on its own (≈ +19% at 1K tokens): short-document ranks would
 look busier than they are and end up idle in the simulator.
 
-Groups are priced as if they started at pool rank 0 at stage 0. For power-of-two degrees on aligned blocks
+Groups are priced as if they started at pool rank 0, at the stage where they cost most (every stage is
+priced; the first and last add the embedding and the LM head with the loss). For power-of-two degrees on aligned blocks
 that is exactly where the cost model puts them (an aligned block of ≤ G/t ranks stays in one node); groups
 of ``degrees="any"`` may straddle a node boundary that the estimate does not see.
 
@@ -48,14 +49,18 @@ _MIN_WORK_S = 1e-12  # a priced share is never zero: every sequence costs someth
 
 
 def _price(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel) -> np.ndarray:
-    """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``."""
+    """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``, at
+    the pipeline stage where it is largest (the first stage adds the embedding, the last the LM head and
+    loss: 1F1B runs at the pace of the heaviest stage)."""
     n = len(lengths)
     if n == 0:
         return np.zeros(0)
     gb = GroupBatch(seq_len=np.asarray(lengths, dtype=np.int64), seq_group=np.arange(n, dtype=np.int64),
                     size=np.asarray(sizes, dtype=np.int64), ulysses=np.asarray(ulysses, dtype=np.int64),
                     first_rank=np.zeros(n, dtype=np.int64))
-    return np.asarray(cost_model.group_costs(gb).total_s, dtype=np.float64)
+    p = getattr(cost_model.job, "pp", 1)
+    t = [np.asarray(cost_model.group_costs(gb, s).total_s, dtype=np.float64) for s in range(p)]
+    return np.maximum.reduce(t) if p > 1 else t[0]
 
 
 def group_overhead(sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel) -> np.ndarray:
