@@ -43,5 +43,6 @@ def test_extra_ring_steps_enter_the_rank_work():
     R = np.bincount(grid.cell, weights=grid.scale, minlength=len(grid.lengths))
     count = np.bincount(grid.cell, minlength=len(grid.lengths))
     used = np.flatnonzero(count)
-    expect = R[used] * 8 * grid.work[used, k8] + count[used] * 8 * step
+    extra = grid.overhead[used, k8] - grid.overhead[used, 0]
+    expect = R[used] * 8 * grid.work[used, k8] + count[used] * 8 * extra
     np.testing.assert_allclose(tm.rank_work[used, k8], expect, rtol=1e-9)
