@@ -40,16 +40,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="DIR",
                    help="results directory (default: sweep-<name of the grid file>)")
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
-                   help=f"worker processes (default: the CPU count, {os.cpu_count() or 1}); 1 runs in-process; "
-                        "with --backend ray and no --address: the CPUs of the local Ray instance")
+                   help=f"worker processes (default: the CPU count, {os.cpu_count() or 1}); 1 runs "
+                        "in-process; with --backend ray and no --address: the CPUs of the local Ray instance")
     p.add_argument("--retry-errors", action="store_true", help="rerun the points whose stored result is an error")
     p.add_argument("--backend", choices=("process", "ray"), default="process",
                    help="process: a local process pool (default); ray: Ray tasks (needs the ray extra)")
     p.add_argument("--address", metavar="ADDR",
-                   help="with --backend ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT); default: "
-                        "start a local Ray instance of --workers CPUs for this run")
+                   help="with --backend ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT); "
+                        "default: start a local Ray instance of --workers CPUs for this run")
     p.add_argument("--max-retries", type=non_negative_int, default=3,
-                   help="retries of a task whose worker process died (default 3); then it is stored as an error")
+                   help="retries of a task whose worker process died (default 3); then it is stored as an "
+                        "error")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 

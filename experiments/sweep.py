@@ -95,7 +95,8 @@ class Sweep:
             content = _scenario_fields(sc)
             files = point_files(content, digests)
             for pol in self.policies:
-                out.append(Task(task_key(content, pol, files, code), i, values, pol, content, files, code, cwd))
+                key = task_key(content, pol, files, code)
+                out.append(Task(key, i, values, pol, content, files, code, cwd))
         return out
 
 
@@ -215,7 +216,7 @@ def read_record(out_dir: Path, key: str) -> dict[str, Any] | None:
 
 
 def stored_status(out_dir: Path) -> dict[str, bool]:
-    """Key → whether its stored record is an error, for every readable record (one file in memory at a time)."""
+    """Key → whether its stored record is an error, for every readable record (one in memory at a time)."""
     out = {}
     for p in (out_dir / "points").glob("*.json"):
         rec = read_record(out_dir, p.stem)
@@ -313,7 +314,7 @@ def finish(sweep: Sweep, tasks: list[Task], out_dir: Path, computed: int, reused
 
 
 def result_row(t: Task, rec: dict[str, Any]) -> dict[str, Any]:
-    """One row of the results table: point, key, policy, grid values, scenario fields, metrics, error, elapsed."""
+    """A results row: point, key, policy, grid values, scenario fields, metrics, error, elapsed."""
     row: dict[str, Any] = {"point": t.point, "key": t.key, "policy": t.policy}
     row.update({f"grid.{k}": v for k, v in t.values.items()})
     for k, v in t.scenario.items():

@@ -8,12 +8,13 @@ result is reused only when none of them changed:
   scenario file recomputes nothing, a changed value recomputes exactly the points it reaches);
 - **code**: :func:`code_version` — ``dcpsim.__version__``, and when the package runs from a git checkout the
   commit of that checkout plus a hash of its uncommitted changes (tracked edits and untracked files) under the
-  package's source folders; and the versions of numpy, scipy and simpy. Edits to tests, docs or other files of the checkout do not count; an edit to any
-  module or shipped data file (the GPUs' default calibrations live in ``cost_models/data``) recomputes every
-  task, since which tasks a code change affects cannot be known;
+  package's source folders; and the versions of numpy, scipy and simpy. Edits to tests, docs or other files
+  of the checkout do not count; an edit to any module or shipped data file (the GPUs' default calibrations
+  live in ``cost_models/data``) recomputes every task, since which tasks a code change affects cannot be
+  known;
 - **files**: :func:`point_files` — the sha256 of the trace file, the calibration file and the GPU file when
-  the point names them (presets and the shipped calibrations are code, covered above). A file that cannot be read hashes
-  as ``missing``; its task then records the read error, and reruns once the file exists.
+  the point names them (presets and the shipped calibrations are code, covered above). A file that cannot
+  be read hashes as ``missing``; its task then records the read error, and reruns once the file exists.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def source_folders() -> list[Path]:
-    """The folders the installed ``dcpsim`` package's modules are loaded from (found without importing them)."""
+    """The folders the installed ``dcpsim`` package's modules load from (found without importing them)."""
     import importlib.util
 
     import dcpsim

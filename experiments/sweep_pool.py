@@ -33,14 +33,14 @@ def run_pool(todo: list[Task], finished: Finished, workers: int, max_retries: in
                 if not _pool_pass(iter([task]), 1, finished, fn):
                     break
             else:
-                finished(error_record(task, f"BrokenProcessPool after {max_retries} retries: its worker process "
-                                            f"died each of {1 + max_retries} times it ran alone (killed, out of "
-                                            "memory, or crashed)"))
+                finished(error_record(task, f"BrokenProcessPool after {max_retries} retries: its worker "
+                                            f"process died each of {1 + max_retries} times it ran alone "
+                                            "(killed, out of memory, or crashed)"))
 
 
 def _pool_pass(queue: Iterator[Task], workers: int, finished: Finished,
                fn: Callable[[Task], dict[str, Any]]) -> list[Task]:
-    """Run tasks from ``queue`` until it is empty (→ []) or a worker dies (→ the tasks that were in flight)."""
+    """Run tasks from ``queue`` until it is empty (→ []) or a worker dies (→ the tasks then in flight)."""
     pool = ProcessPoolExecutor(max_workers=workers)
     pending: dict[Future, Task] = {}
 

@@ -52,8 +52,9 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as e:
-        raise ScenarioError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); start one "
-                            "with 'ray start --head', or use --address auto on a node of the cluster") from None
+        raise ScenarioError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); "
+                            "start one with 'ray start --head', or use --address auto on a node of the "
+                            "cluster") from None
 
 
 def connect(ray: Any, address: str | None, num_cpus: int) -> bool:
@@ -125,7 +126,8 @@ def _collect(ray: Any, ref: Any, task: Task, max_retries: int, version: str) -> 
         rec = ray.get(ref)
     except ray.exceptions.RayTaskError as e:  # fn itself raised (run_task records point errors itself)
         cause = e.cause if getattr(e, "cause", None) is not None else e
-        return error_record(task, f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}")
+        first = str(cause).splitlines()[0] if str(cause) else ""
+        return error_record(task, f"{type(cause).__name__}: {first}")
     except ray.exceptions.RayError as e:  # worker died / OOM-killed / node lost, after the retries
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return error_record(task, f"{type(e).__name__} after {max_retries} retries: {first}")

@@ -161,6 +161,7 @@ def test_ray_address_reachability():
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    with pytest.raises(ScenarioError, match=rf"--address ray://127.0.0.1:{port}: no Ray cluster answers there"):
+    msg = rf"--address ray://127.0.0.1:{port}: no Ray cluster answers there"
+    with pytest.raises(ScenarioError, match=msg):
         check_reachable(f"ray://127.0.0.1:{port}", timeout_s=2)
     check_reachable("auto")  # not HOST:PORT: Ray finds it

@@ -68,7 +68,8 @@ def test_same_results_as_process_pool(local_ray, grid, tmp_path):
     pd.testing.assert_frame_equal(a.drop(columns=TIMING), b.drop(columns=TIMING))
     # the failing tasks are recorded with the same error on both backends
     bad = b[b.max_tokens_per_rank == 100]
-    assert len(bad) == 8 and (bad.error != "").all() and (bad.error == a[a.max_tokens_per_rank == 100].error).all()
+    assert len(bad) == 8 and (bad.error != "").all()
+    assert (bad.error == a[a.max_tokens_per_rank == 100].error).all()
     # the records were computed in Ray's worker processes, not in this one
     pids = {json.loads(p.read_text())["pid"] for p in (tmp_path / "r" / "points").glob("*.json")}
     assert os.getpid() not in pids
@@ -99,7 +100,8 @@ def test_prepopulated_store_recomputes_only_missing(local_ray, grid, tmp_path):
         p.unlink()
     rep = run_sweep(load_sweep(grid), out, workers=2, backend="ray")
     assert rep.computed == 3 and rep.reused == 13
-    here = {p.stem for p in (out / "points").glob("*.json") if json.loads(p.read_text())["pid"] == os.getpid()}
+    records = {p.stem: json.loads(p.read_text()) for p in (out / "points").glob("*.json")}
+    here = {k for k, rec in records.items() if rec["pid"] == os.getpid()}
     assert here == {p.stem for p in files} - lost
 
 
@@ -143,8 +145,9 @@ def test_lost_worker_and_raising_task_are_recorded(local_ray, grid, tmp_path):
 
 def test_cli_ray_backend(local_ray, grid, tmp_path, capsys):
     out = tmp_path / "cli"
-    assert main(["sweep", str(grid), "-o", str(out), "--backend", "ray", "--workers", "2", "--no-progress"]) == 0
+    args = ["sweep", str(grid), "-o", str(out), "--backend", "ray", "--no-progress"]
+    assert main([*args, "--workers", "2"]) == 0
     assert "16 computed, 0 reused, 8 failed" in capsys.readouterr().out
     assert len(stored_status(out)) == 16
-    assert main(["sweep", str(grid), "-o", str(out), "--backend", "ray", "--no-progress"]) == 0
+    assert main(args) == 0
     assert "0 computed, 16 reused" in capsys.readouterr().out

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 from dcpsim.experiments.sweep_results import table_schema, write_results
 
 ROWS = [  # 7 rows: a failed one first (no metrics), then mixed kinds, missing values, booleans
-    {"point": 0, "grid.trace": "32k", "pool": 4, "cal": None, "error": "InfeasibleError: x", "elapsed_s": 0.5},
+    {"point": 0, "grid.trace": "32k", "pool": 4, "cal": None, "error": "InfeasibleError: x",
+     "elapsed_s": 0.5},
     {"point": 1, "grid.trace": 7, "pool": 8, "cal": None, "t": 1.5, "n": 3, "fits": True, "error": "",
      "elapsed_s": 0.25},
     {"point": 2, "grid.trace": "32k", "pool": 8, "cal": None, "t": 2, "n": 4, "fits": False, "error": "",
@@ -29,7 +30,8 @@ ROWS = [  # 7 rows: a failed one first (no metrics), then mixed kinds, missing v
 def test_schema_is_what_pandas_gives_the_whole_table():
     schema, n = table_schema(ROWS, last=("error", "elapsed_s"))
     assert n == 7
-    assert schema.names == ["point", "grid.trace", "pool", "cal", "t", "n", "fits", "extra", "error", "elapsed_s"]
+    assert schema.names == ["point", "grid.trace", "pool", "cal", "t", "n", "fits", "extra", "error",
+                            "elapsed_s"]
     types = dict(zip(schema.names, schema.types))
     assert types["point"] == pa.int64() and types["pool"] == pa.int64()
     assert types["grid.trace"] == pa.string()  # "32k" and 7: mixed kinds become strings
