@@ -63,10 +63,11 @@ def plot(df: pd.DataFrame) -> Figure:
     ymax = np.nanmax(np.r_[(df.pipeline_bubble + df.dp_bubble).to_numpy(), df.pipeline_bubble_max.to_numpy()])
     ax.set_ylim(0, min(100.0, 100 * (ymax if np.isfinite(ymax) else 1.0) * 1.2 + 5))
     ax.grid(axis="y", alpha=0.3)
+    from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor=policy_colour(p, policies), edgecolor="black", label=p) for p in policies]
+    handles: list[Artist] = [Patch(facecolor=policy_colour(p, policies), edgecolor="black", label=p) for p in policies]
     handles += [Patch(facecolor="white", edgecolor="black", label="pipeline bubble (mean)"),
                 Patch(facecolor="white", edgecolor="black", hatch="///", label="DP bubble (mean)"),
                 Line2D([], [], color="black", marker="_", linestyle="none", markersize=10,
