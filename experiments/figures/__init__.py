@@ -12,11 +12,12 @@ from pathlib import Path
 from types import ModuleType
 
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.figures import bubbles, gantt, scaling, scheduling, skew, throughput
+from dcpsim.experiments.figures import bubbles, efficiency, gantt, scaling, scheduling, skew, throughput
 from dcpsim.experiments.figures.common import FigureContext
 from dcpsim.experiments.scenario import Scenario
 
-FIGURES: dict[str, ModuleType] = {m.KEY: m for m in (throughput, bubbles, skew, scheduling, gantt, scaling)}
+FIGURES: dict[str, ModuleType] = {m.KEY: m for m in (throughput, bubbles, skew, scheduling, gantt, scaling,
+                                                      efficiency)}
 
 
 def select(only: str | None) -> list[ModuleType]:

@@ -24,7 +24,10 @@ from dcpsim.sim.metrics import METRIC_NAMES
 from dcpsim.sim.simulate import IterationResult
 
 POLICY_COLOURS = {"static-cp": "#7f7f7f", "mcore-dcp": "#1f77b4", "mcore-dcp-legacy": "#9ecae1",
-                  "hydra": "#d62728"}
+                  "hydra": "#d62728", "dp-balanced": "#6baed6", "wlb-llm": "#2ca02c", "flexsp": "#9467bd",
+                  "distca": "#ff7f0e"}
+# The literature's schedulers (docs/policies/): figure (g) runs them beside each scenario's own policies.
+LITERATURE_POLICIES = ("dp-balanced", "wlb-llm", "flexsp", "distca")
 EXTRA_COLOURS = ("#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 

@@ -37,7 +37,7 @@ def figures(tmp_path_factory):
 
 def test_every_figure_writes_png_pdf_csv(figures):
     files, out = figures
-    assert set(files) == set(FIGURES) == set("abcdef")
+    assert set(files) == set(FIGURES) == set("abcdefg")
     for key, paths in files.items():
         stem = FIGURES[key].STEM
         for ext in ("png", "pdf", "csv"):
@@ -65,6 +65,10 @@ def test_csvs_hold_the_data(figures):
     assert {"F", "B"} <= set(e.category)
     f = pd.read_csv(out / "f_speedup_vs_cluster_size.csv")
     assert f.num_gpus.nunique() >= 2
+    g = pd.read_csv(out / "g_efficiency.csv")  # the scenario's policies and the literature's, each ≤ bound
+    assert set(g.policy) == {"static-cp", "mcore-dcp", "dp-balanced", "wlb-llm", "flexsp", "distca"}
+    assert g.ok.all() and ((g.efficiency > 0) & (g.efficiency <= 1)).all()
+    assert ((g.efficiency - g.bound_s / g.iteration_time_s).abs() <= 1e-12 * g.efficiency).all()
 
 
 def test_select_and_bad_only():
