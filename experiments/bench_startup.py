@@ -8,15 +8,22 @@ output discarded); the median wall time counts, and is printed beside its ratio 
 near 1 means the command imports little beyond numpy; eager imports of pandas, matplotlib or scipy show
 as ratios of 3 to 6. Ratios, not seconds, are what to compare across machines.
 
-Measured on this project's shared 2-core development machine (noisy; the lead re-measures when quiet),
-median of 15 runs, before and after issue #10's start-up work:
+Measured once each on this project's shared 2-core development machine (noisy: other jobs were running; the
+lead re-measures when it is quiet), median of 7 runs, before and after issue #10's start-up work (lazy imports
+in the command modules and in ``cost_models/__init__``):
 
-=====================  ==========  ==========
-command                before      after
-=====================  ==========  ==========
-``dcpsim --help``      see report  see report
-``dcpsim policies``    see report  see report
-=====================  ==========  ==========
+=====================  ====================  ====================
+command                before (230cf4f)      after (a3c3cb8)
+=====================  ====================  ====================
+``import numpy``       0.140 s   1.00        0.095 s   1.00
+``dcpsim --help``      0.839 s   5.99        0.213 s   2.24
+``dcpsim policies``    0.894 s   6.38        0.237 s   2.49
+=====================  ====================  ====================
+
+What is left above numpy: the interpreter and argparse, ``importlib.metadata`` for ``dcpsim.__version__``
+(about 25 ms), and the policy modules that ``dcpsim policies`` imports to list them. A policy module that
+imports scipy or pandas at its top undoes this for ``dcpsim policies``: import them inside ``plan()``
+(``tests/experiments/test_startup.py`` checks what these commands import).
 """
 
 from __future__ import annotations
