@@ -24,8 +24,11 @@ all-to-all SP, ring across): f_b = a one-token group's forward + backward, t_ib 
 minus f_b (exact for compute, which is affine in the group's sequences; the ring's exposed time is
 approximated as additive).
 
-HiGHS (scipy.optimize.milp) runs with ``node_limit`` branch-and-bound nodes (deterministic) and
-``time_limit_s`` seconds as a safety net (if that binds, the result can depend on the machine's speed); a
+Each sequence may use ``sizes_per_sequence`` size classes: the smallest power of two that holds it in memory
+and the next doublings. HiGHS (scipy.optimize.milp) stops after ``node_limit`` branch-and-bound nodes or
+``time_limit_s`` seconds per microbatch, and no MILP starts once ``total_time_limit_s`` is spent on the batch
+(the rest keep the greedy). Where a time limit binds, the plan depends on the machine's speed: the policy is
+deterministic only while the node limit is what stops the solver. A
 greedy solution (largest sequence first, into the option that leaves the smallest load: an open block with
 memory room or a new group while the pool has ranks; if that strands a sequence, everything in one group of
 the largest size) is computed first, and kept when the solver finds no better one. A microbatch the greedy cannot place and the solver cannot solve is split in two.
@@ -34,6 +37,7 @@ the largest size) is computed first, and kept when the solver finds no better on
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -92,7 +96,10 @@ class BlockTimes:
 
 
 def block_times(lengths: np.ndarray, blocks: list[tuple[int, int]], kind: str, job: JobSpec,
-                cost_model: CostModel, budget: int) -> BlockTimes:
+                cost_model: CostModel, budget: int, sizes_per_sequence: int | None = None) -> BlockTimes:
+    """Slot times; with ``sizes_per_sequence`` = k a sequence may only use the smallest power-of-two size that
+    holds it and the next k − 1 doublings (the whole pool counts as the size class above its largest power
+    of two), which keeps the MILP small."""
     n, B = len(lengths), len(blocks)
     engines = [engine_for(kind, s, job, cost_model, np.array([job.context_len])) for s, _ in blocks]
     size = np.array([s for s, _ in blocks], dtype=np.int64)
@@ -105,7 +112,13 @@ def block_times(lengths: np.ndarray, blocks: list[tuple[int, int]], kind: str, j
     gi = np.tile(np.arange(B), n)
     alone = cost_model.group_costs(GroupBatch(Lr, np.arange(n * B, dtype=np.int64), size[gi], u[gi], first[gi]), 0)
     t = np.broadcast_to(np.asarray(alone.total_s, dtype=np.float64), (n * B,)).reshape(n, B) - fixed[None, :]
-    t = np.where(Lr.reshape(n, B) <= size[None, :] * budget, np.maximum(t, 0.0), np.inf)
+    ok = Lr.reshape(n, B) <= size[None, :] * budget
+    if sizes_per_sequence is not None and n:
+        rank_of = np.ceil(np.log2(np.maximum(size, 1))).astype(np.int64)  # the whole pool: above its pow2
+        need = -(-np.asarray(lengths, dtype=np.int64) // budget)
+        first = np.ceil(np.log2(np.maximum(need, 1))).astype(np.int64)
+        ok &= rank_of[None, :] < first[:, None] + sizes_per_sequence
+    t = np.where(ok, np.maximum(t, 0.0), np.inf)
     return BlockTimes(blocks, engines, fixed, t)
 
 
@@ -208,7 +221,9 @@ class FlexSP:
 
     num_microbatches: int | None = option(None, ge=1)
     node_limit: int = option(20, ge=1)
-    time_limit_s: float = option(5.0, gt=0.0)
+    time_limit_s: float = option(1.0, gt=0.0)
+    total_time_limit_s: float = option(30.0, gt=0.0)
+    sizes_per_sequence: int = option(3, ge=1)
     cp_engine: str = option("hybrid", choices=ENGINE_CHOICES)
     name: ClassVar[str]  # set by @register_policy
 
@@ -227,7 +242,7 @@ class FlexSP:
                               f"group ({biggest} ranks) holds at {M} tokens per rank")
         m_mem = max(1, math.ceil(float(L.sum()) / (W * M)))
         m = max(self.num_microbatches or one_f_one_b_microbatches(L, cost_model, job.pp, m_mem), m_mem)
-        bt_all = block_times(L, blocks, self.cp_engine, job, cost_model, M)
+        bt_all = block_times(L, blocks, self.cp_engine, job, cost_model, M, self.sizes_per_sequence)
         # LPT on work into m microbatches, each within the pool's tokens.
         work = document_work(L, job)
         load, room = np.zeros(m), np.full(m, float(W * M))
@@ -240,13 +255,16 @@ class FlexSP:
             room[k] -= L[i]
         queue = [sorted(mb) for mb in members if mb]
         mbs, solved, fell_back = [], 0, 0
+        deadline = time.perf_counter() + self.total_time_limit_s
         while queue:
             idx = np.asarray(queue.pop(0), dtype=np.int64)
             keep = [b for b, (_, j) in enumerate(blocks) if j < len(idx)]  # never more groups than sequences
             sub = BlockTimes([blocks[b] for b in keep], [bt_all.engines[b] for b in keep], bt_all.fixed[keep],
                              bt_all.seq[np.ix_(idx, keep)])
             g = greedy(sub, L[idx], M, W)
-            s = solve_milp(sub, L[idx].astype(np.float64), M, W, self.node_limit, self.time_limit_s)
+            left = deadline - time.perf_counter()
+            s = (solve_milp(sub, L[idx].astype(np.float64), M, W, self.node_limit, min(self.time_limit_s, left))
+                 if left > 0 else None)
             if s is not None and (g is None or s[0] < g[0] * (1 - 1e-9)):
                 best, solved = s, solved + 1
             elif g is not None:
