@@ -24,17 +24,8 @@ def positive_int(text: str) -> int:
 def typed(base: type, *, ge: float | None = None, gt: float | None = None,
           le: float | None = None) -> Callable[[str], Any]:
     """argparse type: a value of ``base`` (int, float, bool) within the bounds, parsed and checked as a policy
-    option is (:class:`policies.registry.OptionType`): ``--timeout abc`` or ``--sigma nan`` is one line."""
-    ot = OptionType(base, ge=ge, gt=gt, le=le)
-
-    def parse(text: str) -> Any:
-        try:
-            return ot.parse(text, from_text=True)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(f"{text!r} is invalid: {e}") from None
-
-    parse.__name__ = ot.describe()
-    return parse
+    option is (:meth:`policies.registry.OptionType.arg_type`): ``--timeout abc`` or ``--sigma nan`` is one line."""
+    return OptionType(base, ge=ge, gt=gt, le=le).arg_type()
 
 
 def add_scenario_arguments(p: argparse.ArgumentParser) -> None:

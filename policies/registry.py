@@ -142,6 +142,19 @@ class OptionType:
             raise ValueError(f"expected {self.describe()}")
         return value
 
+    def arg_type(self) -> Callable[[str], Any]:
+        """This type as an argparse ``type=``: ``--timeout abc`` becomes argparse's one-line error."""
+        import argparse
+
+        def parse(text: str) -> Any:
+            try:
+                return self.parse(text, from_text=True)
+            except ValueError as e:
+                raise argparse.ArgumentTypeError(f"{text!r} is invalid: {e}") from None
+
+        parse.__name__ = self.describe()
+        return parse
+
     def _from_text(self, text: str) -> Any:
         low = text.lower()
         if self.optional and low in ("none", "null"):

@@ -43,6 +43,8 @@ CLI_CASES = [
     (["validate", "--nproc", "0"], "argument --nproc: 0 must be ≥ 1"),
     (["validate", "--timeout", "soon"], "argument --timeout: 'soon' is invalid: expected a number > 0"),
     (["validate", "--sigma", "-1"], "argument --sigma: '-1' is invalid: expected a number ≥ 0"),
+    (["run-real", "--nproc", "0"], "argument --nproc: '0' is invalid: expected an integer ≥ 1"),
+    (["run-real", "--lr", "-1"], "argument --lr: '-1' is invalid: expected a number > 0"),
 ]
 
 # (scenario TOML, text the one error line must contain after the file's name)
