@@ -16,7 +16,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in scenario_names():
-        sc = load_scenario(name)
-        print(f"{name:<22} {sc.num_gpus:>6} x {sc.gpu:<5} {sc.model:<11} ctx {sc.context_len:>7,}  {sc.description}")
+    rows = [(name, load_scenario(name)) for name in scenario_names()]
+    wn = max(len(n) for n, _ in rows)
+    wg = max(len(sc.gpu) for _, sc in rows)
+    wm = max(len(sc.model) for _, sc in rows)
+    for name, sc in rows:
+        print(f"{name:<{wn}} {sc.num_gpus:>6} x {sc.gpu:<{wg}} {sc.model:<{wm}} ctx {sc.context_len:>7,}  "
+              f"{sc.description}")
     return 0
