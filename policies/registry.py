@@ -217,6 +217,12 @@ def register_policy(name: str) -> Callable[[T], T]:
             _TYPES[name] = option_types(cls)
         except TypeError as e:
             raise PolicyError(f"policy {name!r} ({cls.__name__}): {e}") from None
+        # None stands for "the default" everywhere (create_policy drops it), so it must be the default
+        for f in dataclasses.fields(cls):
+            if f.name in _TYPES[name] and _TYPES[name][f.name].optional and f.default is not None:
+                del _TYPES[name]
+                raise PolicyError(f"policy {name!r} ({cls.__name__}): option {f.name} may be None, so its default "
+                                  f"must be None (None means: the default), not {f.default!r}")
         cls.name = name  # type: ignore[attr-defined]  # the registration is the one place a name is set
         _REGISTRY[name] = cls
         return cls
@@ -289,7 +295,8 @@ def check_shared_options(options: Mapping[str, Any]) -> None:
 def create_policy(name: str, **options: Any) -> Policy:
     """Instantiate policy ``name`` with ``options``, parsed and checked first (:func:`parse_options`).
 
-    Options set to None are dropped, so a CLI can pass every flag it has.
+    Options set to None are dropped (None means the default, which registration makes sure of), so a CLI can
+    pass every flag it has.
     """
     cls = _lookup(name)
     typed = parse_options(name, {k: v for k, v in options.items() if v is not None})

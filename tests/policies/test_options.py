@@ -110,6 +110,12 @@ def test_registration_sets_the_name_and_refuses_unparseable_annotations():
         class Bad:
             sizes: tuple[int, ...] = (1, 2)
     assert "toy-bad-test-only" not in _REGISTRY
+    with pytest.raises(PolicyError, match="option limit may be None, so its default must be None"):
+        @register_policy("toy-bad2-test-only")
+        @dataclass(frozen=True)
+        class Bad2:
+            limit: int | None = 4
+    assert "toy-bad2-test-only" not in _REGISTRY and "toy-bad2-test-only" not in _TYPES
 
 
 def test_shipped_policies_declare_their_names_once():
