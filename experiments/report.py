@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dcpsim.sim.metric_spec import Metric, declarations
-from dcpsim.sim.metrics import Metrics
+from dcpsim.sim.metric_spec import Metric, declarations  # numpy only: this module loads no pandas
 
 if TYPE_CHECKING:
     from dcpsim.experiments.runner import RunSummary
@@ -19,8 +18,13 @@ def format_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def compare_columns(metrics_type: type = Metrics) -> tuple[Metric, ...]:
-    """The metrics ``dcpsim compare`` shows, in declaration order: those declared with a table column."""
+def compare_columns(metrics_type: type | None = None) -> tuple[Metric, ...]:
+    """The metrics ``dcpsim compare`` shows, in declaration order: those declared with a table column
+    (on ``sim.metrics.Metrics`` unless another metrics type is given)."""
+    if metrics_type is None:
+        from dcpsim.sim.metrics import Metrics
+
+        metrics_type = Metrics
     return tuple(d for d in declarations(metrics_type) if d.table is not None)
 
 
