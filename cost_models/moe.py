@@ -51,6 +51,7 @@ that an EP all-to-all synchronises the ranks of one EP group even when they belo
 from __future__ import annotations
 
 import numpy as np
+
 from dcpsim.cost_models.calibration import Calibration
 from dcpsim.cost_models.specs import JobSpec, ModelSpec
 from dcpsim.cost_models.topology import spans_nodes

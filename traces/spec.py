@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+
 from dcpsim.traces.errors import TraceError
 from dcpsim.traces.generators import lognormal, lognormal_pareto, mixture
 from dcpsim.traces.presets import TracePreset, get_preset

@@ -7,7 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from dcpsim.cost_models import SpecError, get_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dcpsim.cost_models import ModelSpec, SpecError, get_model
 from dcpsim.cost_models.flops import linear_fwd_flops_per_token
 from dcpsim.cost_models.model_files import from_hf_config, load_model_file
 from dcpsim.cost_models.presets import MODELS
@@ -188,3 +191,55 @@ def test_a_model_folder_reads_its_config_json():
     folder = get_model(str(MODELS_DIR / "Mixtral-8x7B-v0.1"))
     assert folder == load_model_file(MODELS_DIR / "Mixtral-8x7B-v0.1" / "config.json")
     assert folder.name == "Mixtral-8x7B-v0.1"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    h=st.integers(1, 64),
+    f=st.integers(1, 512),
+    layers=st.integers(1, 12),
+    heads=st.integers(1, 8),
+    group=st.integers(1, 4),
+    d=st.integers(1, 64),
+    vocab=st.integers(1, 1000),
+    experts=st.integers(0, 16),
+    k=st.integers(1, 16),
+    fe=st.integers(1, 256),
+    fs=st.integers(0, 64),
+    dense=st.sets(st.integers(0, 11)),
+    mlp=st.sampled_from(["swiglu", "gelu"]),
+    flags=st.lists(st.booleans(), min_size=4, max_size=4),
+)
+def test_counts_agree_with_the_flops_for_any_model(
+    h, f, layers, heads, group, d, vocab, experts, k, fe, fs, dense, mlp, flags
+):
+    moe = experts > 0
+    m = ModelSpec(
+        "m",
+        hidden=8 * h,
+        ffn=f,
+        layers=layers,
+        heads=heads * group,
+        kv_heads=heads,
+        head_dim=d,
+        vocab=vocab,
+        mlp=mlp,
+        tied_embeddings=flags[0],
+        qkv_bias=flags[1],
+        o_bias=flags[2],
+        qk_norm=flags[3],
+        experts=experts,
+        experts_per_token=min(k, experts) if moe else 0,
+        expert_ffn=fe if moe else 0,
+        shared_expert_ffn=fs if moe else 0,
+        shared_expert_gate=moe and fs > 0,
+        dense_layers=tuple(i for i in dense if i < layers) if moe else (),
+    )
+    norms = layers * m.norm_params_per_layer + m.hidden
+    # Two code paths: the active count (totals less unused experts) and the FLOPs (per-layer active weights).
+    assert 2 * (m.params_active - norms - m.embedding_params) == pytest.approx(
+        linear_fwd_flops_per_token(m) * layers, rel=1e-12
+    )
+    unused = (m.experts - m.experts_per_token) * m.expert_params * m.moe_layers
+    assert m.params_total - m.params_active == unused >= 0
+    assert m.moe_layers == (layers - len(m.dense_layers) if moe else 0)

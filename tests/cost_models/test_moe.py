@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from dcpsim.cost_models import (
     AnalyticCostModel,
     CostTerms,

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from dcpsim.experiments.cli import main
 
 MODELS = Path(__file__).parent.parent / "data" / "models"  # sources: tests/data/SOURCES.md

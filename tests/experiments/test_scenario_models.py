@@ -19,10 +19,12 @@ def test_model_path_relative_to_the_scenario_file(tmp_path):
     shutil.copy(MIXTRAL, tmp_path / "models" / "config.json")
     f = tmp_path / "moe.toml"
     f.write_text('model = "models/config.json"\ngpu = "h200"\ntp = 1\npp = 2\npool = 16\nep = 8\n'
-                 'context_len = 32768\nglobal_batch_seqs = 24\ntrace = "lognormal:median=4K,sigma=1,max=32K"\n')
+                 'context_len = 32768\nglobal_batch_seqs = 24\n'
+                 'trace = "lognormal:median=4K,sigma=1,max=32K"\n')
     sc = load_scenario(str(f))
     job = sc.job()
-    assert job.model.experts == 8 and job.ep == 8 and job.model.params_total == pytest.approx(46.7e9, rel=0.01)
+    assert job.model.experts == 8 and job.ep == 8
+    assert job.model.params_total == pytest.approx(46.7e9, rel=0.01)
     (batch,) = sc.batches()
     assert batch.num_seqs == 24 and batch.lengths.max() <= 32768
     assert sc.to_dict()["ep"] == 8 and json.dumps(sc.to_dict())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from dcpsim.cost_models import moe
 from dcpsim.experiments.scenario_files import SCENARIO_DIR, load_scenario
 from dcpsim.experiments.sweep import load_sweep

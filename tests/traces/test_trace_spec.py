@@ -7,6 +7,7 @@ from functools import partial
 
 import numpy as np
 import pytest
+
 from dcpsim.traces import TraceError, form_batches, lognormal, lognormal_pareto, mixture, sample_batches
 from dcpsim.traces.spec import UNBOUNDED, is_distribution_spec, parse_distribution, resolve_length_source
 
