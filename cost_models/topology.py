@@ -62,35 +62,52 @@ def group_crossings(job: JobSpec, stage: int, size: np.ndarray, ulysses: np.ndar
                     member_group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per group: (its ring crosses domains, one of its inner Ulysses groups crosses domains).
 
-    ``member_rank`` / ``member_group`` list every group's members in group order (all members of a group
-    consecutive, groups in order); without them the groups are the contiguous ranks from ``first_rank``.
+    ``member_rank`` lists every group's members in group order, all members of a group consecutive and the
+    groups in order (``member_group`` names the group of each; GroupBatch's layout); without it the groups
+    are the contiguous ranks from ``first_rank``, priced in closed form.
     """
     size = np.asarray(size, dtype=np.int64)
     u = np.asarray(ulysses, dtype=np.int64)
-    G = int(size.shape[0])
     if member_rank is None:
-        gid = np.repeat(np.arange(G), size)
-        start = np.cumsum(size) - size
-        pos = np.arange(int(size.sum())) - start[gid]
-        ranks = np.asarray(first_rank, dtype=np.int64)[gid] + pos
-    else:
-        gid = np.asarray(member_group, dtype=np.int64)
-        ranks = np.asarray(member_rank, dtype=np.int64)
-        start = np.searchsorted(gid, np.arange(G))
-        pos = np.arange(len(gid)) - start[gid]
+        return _contiguous_crossings(job, stage, size, u, np.asarray(first_rank, dtype=np.int64))
+    return _listed_crossings(job, stage, size, u, np.asarray(member_rank, dtype=np.int64))
+
+
+def _listed_crossings(job: JobSpec, stage: int, size: np.ndarray, u: np.ndarray,
+                      ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    G = int(size.shape[0])
+    if G == 0:
+        return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
+    start = np.cumsum(size) - size
+    start_m, size_m, u_m = np.repeat(start, size), np.repeat(size, size), np.repeat(u, size)
+    pos = np.arange(len(ranks)) - start_m
     dom = domain_of(job, stage, ranks)
-    # Ring: member at position p sends to the member at (p + u) mod c.
-    nxt = start[gid] + (pos + u[gid]) % size[gid]
-    ring = np.zeros(G, dtype=bool)
-    np.logical_or.at(ring, gid, dom != dom[nxt])
-    # Inner groups: members p with the same p // u; spans when its first and last member differ.
-    first_in = start[gid] + (pos // u[gid]) * u[gid]
-    lo = np.full(len(gid), np.iinfo(np.int64).max)
-    hi = np.full(len(gid), -1)
-    np.minimum.at(lo, first_in, dom)
-    np.maximum.at(hi, first_in, dom)
-    inner = np.zeros(G, dtype=bool)
-    np.logical_or.at(inner, gid, lo[first_in] != hi[first_in])
+    # Ring: member p sends to member (p + u) mod c.
+    ring = np.add.reduceat((dom != dom[start_m + (pos + u_m) % size_m]).astype(np.int64), start) > 0
+    # Inner groups: u consecutive members; one spans when its lowest and highest domain differ.
+    istart = np.flatnonzero(pos % u_m == 0)
+    spans = np.minimum.reduceat(dom, istart) != np.maximum.reduceat(dom, istart)
+    owner = np.repeat(np.arange(G), size)[istart]
+    inner = np.bincount(owner, weights=spans, minlength=G) > 0
+    return ring, inner
+
+
+def _contiguous_crossings(job: JobSpec, stage: int, size: np.ndarray, u: np.ndarray,
+                          first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Closed form for groups of contiguous ranks: with R = D/t ranks per domain and o the group's first
+    rank counted from the stage's GPU 0, a domain boundary (a multiple of R) lies inside the group iff its
+    first and last rank differ in domain; the ring (r ≥ 2) then crosses it. An inner group of u > R ranks
+    always spans one; for u dividing R the boundaries fall between inner groups iff o is a multiple of u.
+    Other groups (u ≤ R not dividing R) go through the general rule."""
+    R = job.gpu.nvlink_domain // job.tp
+    o = stage * job.pool + first
+    spans = o // R != (o + size - 1) // R
+    ring = spans & (size > u)
+    inner = spans & (u > 1) & ((u > R) | (o % u != 0))
+    odd = np.flatnonzero(spans & (u > 1) & (u <= R) & (R % u != 0))
+    if len(odd):
+        ranks = np.concatenate([np.arange(f, f + c) for f, c in zip(first[odd].tolist(), size[odd].tolist())])
+        inner[odd] = _listed_crossings(job, stage, size[odd], u[odd], ranks)[1]
     return ring, inner
 
 

@@ -238,3 +238,22 @@ def test_nic_scaling_matches_a_published_multi_node_all_reduce():
     busbw = nbytes * 2 * (n - 1) / n / t / 1e9
     assert busbw == pytest.approx(96.0, rel=0.05)
     assert busbw == pytest.approx(94.0, rel=1e-5)
+
+
+def test_closed_form_for_contiguous_groups_equals_the_general_rule():
+    """The contiguous groups' closed form (cost_models.topology._contiguous_crossings) against the rule for
+    listed ranks, on random groups of every shape: HGX and NVL72 domains, TP 1..8, any first rank, u | c."""
+    rng = np.random.default_rng(0)
+    for gpu, tps in (("h100", (1, 2, 4, 8)), ("gb200", (1, 2, 4, 8))):
+        for t in tps:
+            job = JobSpec(get_model("llama3-70b"), get_gpu(gpu), tp=t, pp=4, pool=37)
+            size = rng.integers(1, 38, 400)
+            u = np.array([rng.choice([d for d in range(1, c + 1) if c % d == 0]) for c in size])
+            first = np.array([rng.integers(0, 38 - c) for c in size])
+            members = np.concatenate([np.arange(f, f + c) for f, c in zip(first, size)])
+            owner = np.repeat(np.arange(len(size)), size)
+            for s in range(4):
+                a = group_crossings(job, s, size, u, first)
+                b = group_crossings(job, s, size, u, first, members, owner)
+                np.testing.assert_array_equal(a[0], b[0])
+                np.testing.assert_array_equal(a[1], b[1])
