@@ -38,14 +38,11 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pandas as pd
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, GroupBatch, JobSpec, ModelSpec, get_gpu
 from dcpsim.cost_models.attention_backends import backend_of_kernel
 from dcpsim.cost_models.calibration import COLLECTIVES, DATA_DIR, SaturatingCurve, default_calibration
 from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
-from dcpsim.cost_models.profile_table import FWD_BWD_OP, read_profile, row_flops, row_size
-from dcpsim.experiments.report import format_table
 
 NAME = "reproduce"
 HELP = "the cost model against every shipped published measurement: prediction, measured, error"
@@ -77,6 +74,8 @@ class Case:
 
 
 def tolerances() -> dict[str, float]:
+    import pandas as pd  # pandas and the profile tables load in the functions: 'dcpsim --help' stays fast
+
     t = pd.read_csv(REFERENCE / "tolerances.csv")
     return {str(s): float(v) for s, v in zip(t["suite"], t["tolerance"])}
 
@@ -86,6 +85,8 @@ def _case(suite: str, case: str, pred: float, meas: float, tol: dict[str, float]
 
 
 def attention_cases(tol: dict[str, float]) -> list[Case]:
+    from dcpsim.cost_models.profile_table import FWD_BWD_OP, read_profile, row_flops, row_size
+
     prof = read_profile(DATA_DIR / "profile_h100.csv")
     att = prof[prof["op"].isin(["attn_fwd", "attn_bwd", FWD_BWD_OP]) & (prof["head_dim"] == 128)]
     out = []
@@ -108,6 +109,8 @@ def attention_cases(tol: dict[str, float]) -> list[Case]:
 
 
 def nccl_cases(tol: dict[str, float]) -> list[Case]:
+    from dcpsim.cost_models.profile_table import read_profile
+
     prof = read_profile(DATA_DIR / "profile_h100.csv")
     coll = prof[prof["op"].isin(COLLECTIVES)]
     cal = default_calibration(get_gpu("h100"))
@@ -165,6 +168,8 @@ def ring_attention_cases(tol: dict[str, float]) -> list[Case]:
 
 
 def cp_scaling_cases(tol: dict[str, float]) -> list[Case]:
+    import pandas as pd
+
     per_doc = pd.read_csv(REFERENCE / "attn_h100_per_doc_by_cp_tp.csv")
     curve = default_calibration(get_gpu("h100")).attn_fwd
     ref = per_doc[(per_doc["cp"] == 1) & (per_doc["tp"] == 1)].set_index("L")["duration_per_doc"]
@@ -194,6 +199,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from dcpsim.experiments.report import format_table
+
     cases = all_cases(args.suite)
     bad = [c for c in cases if not c.ok]
     if args.json:
