@@ -54,13 +54,11 @@ import numpy as np
 
 from dcpsim.cost_models.calibration import Calibration
 from dcpsim.cost_models.specs import JobSpec, ModelSpec
-from dcpsim.cost_models.topology import spans_nodes
+from dcpsim.cost_models.topology import spans_domains
 
 BF16_BYTES = 2.0
-LINEAR_BWD_FACTOR = 2.0
-DENSE_ACT = (
-    34.0  # bytes per token per hidden unit of a dense layer (Korthikanti et al. 2022, selective recompute)
-)
+# Bytes per token per hidden unit a dense layer keeps (Korthikanti et al. 2022, selective recompute).
+DENSE_ACT = 34.0
 DENSE_NON_MLP_ACT = 15.0  # those 34·h less its MLP's 19·h (same paper, §4.1)
 
 
@@ -123,22 +121,27 @@ def linear_fwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, stage: int) ->
 
 
 def ep_group_crosses(job: JobSpec, stage: int, first_rank: np.ndarray) -> np.ndarray:
-    """Whether the EP group of pool rank ``first_rank`` (ranks ⌊w/ep⌋·ep .. +ep−1) spans nodes."""
+    """Whether the EP group of pool rank ``first_rank`` (ranks ⌊w/ep⌋·ep .. +ep−1) spans NVLink domains."""
     first = np.asarray(first_rank, dtype=np.int64) // job.ep * job.ep
-    return spans_nodes(job, stage, first, job.ep)
+    return spans_domains(job, stage, first, job.ep)
 
 
-def ep_comm_layer_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, crosses: np.ndarray) -> np.ndarray:
+def ep_comm_layer_s(
+    job: JobSpec, cal: Calibration, tpr: np.ndarray, crosses: np.ndarray, net_bytes_scale: float = 1.0
+) -> np.ndarray:
     """Exposed EP communication of one MoE layer, forward (the backward is the same), per GPU: dispatch and
     combine all-to-alls over the EP group, and with t > 1 the TP all-gather / reduce-scatter of the
-    received tokens."""
+    received tokens. ``net_bytes_scale`` multiplies the bytes of an all-to-all that crosses NVLink domains
+    (1 / the GPU's share of a NIC: cost_models.topology.p2p_nic_share, every GPU sending on its own rail)."""
     m = job.model
     tpr = np.asarray(tpr, dtype=np.float64)
     routed_bytes = tpr * m.experts_per_token * m.hidden * BF16_BYTES
     out = np.zeros_like(tpr)
     if job.ep > 1:
         nv = cal.link("all_to_all", "nvlink").seconds("all_to_all", routed_bytes / job.tp, job.ep)
-        net = cal.link("all_to_all", "network").seconds("all_to_all", routed_bytes / job.tp, job.ep)
+        net = cal.link("all_to_all", "network").seconds(
+            "all_to_all", net_bytes_scale * routed_bytes / job.tp, job.ep
+        )
         out = out + 2.0 * np.where(crosses, net, nv)
     if job.tp > 1:
         ag = cal.link("all_gather", "nvlink").seconds("all_gather", routed_bytes, job.tp)
@@ -148,7 +151,12 @@ def ep_comm_layer_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, crosses: np
 
 
 def ep_comm_s(
-    job: JobSpec, cal: Calibration, tpr: np.ndarray, stage: int, first_rank: np.ndarray
+    job: JobSpec,
+    cal: Calibration,
+    tpr: np.ndarray,
+    stage: int,
+    first_rank: np.ndarray,
+    net_bytes_scale: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exposed EP communication of ``stage`` (all its MoE layers), (forward, backward); the backward is the
     forward's again, twice when the MoE layers are recomputed (the recomputed forward dispatches again)."""
@@ -156,7 +164,8 @@ def ep_comm_s(
     if not n_moe:
         z = np.zeros_like(np.asarray(tpr, dtype=np.float64))
         return z, z
-    fwd = n_moe * ep_comm_layer_s(job, cal, tpr, ep_group_crosses(job, stage, first_rank))
+    crosses = ep_group_crosses(job, stage, first_rank)
+    fwd = n_moe * ep_comm_layer_s(job, cal, tpr, crosses, net_bytes_scale)
     return fwd, (2.0 if job.moe_recompute else 1.0) * fwd
 
 

@@ -153,3 +153,19 @@ def test_model_flops_count_active_weights():
     L = np.array([1000, 3000])
     per_layer = 2 * (ATTN + ROUTER + K * EXPERT) * L.sum() + (2 * L.astype(float) ** 2 * 128 * 8).sum()
     assert cm.model_flops(L) == pytest.approx(3 * (LAYERS * per_layer + 2 * H * 1000 * L.sum()), rel=1e-12)
+
+
+def test_cross_domain_all_to_all_shares_the_nics():
+    # H100 with 4 NICs for 8 GPUs: a GPU gets half a NIC, so a cross-domain all-to-all's bytes take twice as
+    # long (cost_models.topology.p2p_nic_share); inside a domain nothing changes.
+    T = 8192
+    nbytes = T * K * H * 2.0
+    half_nics = replace(get_gpu("h100"), nics_per_node=4)
+    for ep, delta_bytes in ((16, nbytes), (8, 0.0)):
+        full = AnalyticCostModel(job(ep=ep)).group_costs(one_group(T)).fwd_comm_s[0]
+        half = AnalyticCostModel(replace(job(ep=ep), gpu=half_nics)).group_costs(one_group(T)).fwd_comm_s[0]
+        cm = AnalyticCostModel(job(ep=ep))
+        lm = cm.cal.link("all_to_all", "network")
+        assert half - full == pytest.approx(
+            LAYERS * 2 * delta_bytes * (ep - 1) / ep / (lm.busbw_gbs * 1e9), rel=1e-9, abs=1e-12
+        )
