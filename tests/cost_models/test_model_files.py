@@ -243,3 +243,12 @@ def test_counts_agree_with_the_flops_for_any_model(
     unused = (m.experts - m.experts_per_token) * m.expert_params * m.moe_layers
     assert m.params_total - m.params_active == unused >= 0
     assert m.moe_layers == (layers - len(m.dense_layers) if moe else 0)
+
+
+def test_the_toml_example_of_docs_models_md_is_valid(tmp_path):
+    doc = (Path(__file__).parent.parent.parent / "docs" / "models.md").read_text()
+    block = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    p = tmp_path / "my-model.toml"
+    p.write_text(block)
+    m = load_model_file(p)
+    assert (m.name, m.experts, m.experts_per_token, m.dense_layers, m.moe_layers) == ("my-moe", 64, 4, (0,), 23)
