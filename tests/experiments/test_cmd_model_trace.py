@@ -189,3 +189,10 @@ def test_cost_of_one_moe_layer_counts_the_active_experts(capsys):
     d = json.loads(capsys.readouterr().out)
     attn, router, expert = 2 * 4096 * 4096 + 2 * 4096 * 1024, 4096 * 8, 3 * 4096 * 14336
     assert d["flops"]["linear_fwd"] == 8192 * 2 * (attn + router + 2 * expert)
+
+
+def test_the_trace_example_in_docs_models_md_is_current(capsys):
+    doc = (Path(__file__).parent.parent.parent / "docs" / "models.md").read_text()
+    assert main(["trace", "256k", "--count", "50000"]) == 0
+    out = capsys.readouterr().out
+    assert f"$ dcpsim trace 256k --count 50000\n{out}" in doc
