@@ -151,3 +151,18 @@ def test_cli_ray_backend(local_ray, grid, tmp_path, capsys):
     assert len(stored_status(out)) == 16
     assert main(args) == 0
     assert "0 computed, 16 reused" in capsys.readouterr().out
+
+
+def test_relative_trace_file_resolves_as_on_the_driver(local_ray, tmp_path, monkeypatch):
+    """A Ray worker has its own working directory: the driver's relative paths travel resolved."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base.toml").write_text(BASE.replace('trace = "32k"', 'trace = "lengths.csv"'))
+    (tmp_path / "grid.toml").write_text('base = "base.toml"\npolicies = ["static-cp", "mcore-dcp"]\n'
+                                        '[set]\niterations = 1\n[grid]\npool = [4, 8]\n')
+    (tmp_path / "lengths.csv").write_text("length\n" + "30000\n9000\n4000\n" * 6)
+    proc = run_sweep(load_sweep(tmp_path / "grid.toml"), tmp_path / "p", workers=1)
+    on_ray = run_sweep(load_sweep(tmp_path / "grid.toml"), tmp_path / "r", backend="ray")
+    assert proc.failed == on_ray.failed == 0 and on_ray.computed == 4
+    a, b = proc.read_table(), on_ray.read_table()
+    assert (b.trace == "lengths.csv").all()  # the table shows the path as written
+    pd.testing.assert_frame_equal(a.drop(columns=TIMING), b.drop(columns=TIMING))
