@@ -251,4 +251,14 @@ def test_the_toml_example_of_docs_models_md_is_valid(tmp_path):
     p = tmp_path / "my-model.toml"
     p.write_text(block)
     m = load_model_file(p)
-    assert (m.name, m.experts, m.experts_per_token, m.dense_layers, m.moe_layers) == ("my-moe", 64, 4, (0,), 23)
+    got = (m.name, m.experts, m.experts_per_token, m.dense_layers, m.moe_layers)
+    assert got == ("my-moe", 64, 4, (0,), 23)
+
+
+def test_the_preset_table_of_docs_models_md_is_current():
+    doc = (Path(__file__).parent.parent.parent / "docs" / "models.md").read_text()
+    def fmt(n: int) -> str:
+        return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
+
+    for name, m in MODELS.items():
+        assert f"| `{name}` | {fmt(m.params_total)} | {fmt(m.params_active)} |" in doc, name
