@@ -32,7 +32,9 @@ _HOME = {
     "CostTerms": "terms",
 }
 
-__all__ = sorted(_HOME)
+__all__ = ["AnalyticCostModel", "Calibration", "CalibrationError", "ConstantCostModel", "CostModel", "CostTerms",
+           "GPUSpec", "GroupBatch", "GroupCosts", "InfeasibleError", "JobSpec", "ModelSpec", "SpecError",
+           "default_calibration", "get_gpu", "get_model"]
 
 
 def __getattr__(name: str) -> Any:

@@ -91,7 +91,7 @@ def test_bad_command_line_value_is_one_line(capsys, argv, needle):
     rc = run_cli([*argv, *SMALL] if argv[0] in ("compare", "simulate") else argv)
     line = one_error_line(capsys)
     assert rc == 2
-    assert line.startswith(f"dcpsim {argv[0]}: error: ") or line.startswith("dcpsim: error: "), line
+    assert line.startswith((f"dcpsim {argv[0]}: error: ", "dcpsim: error: ")), line
     assert needle in line
 
 

@@ -27,3 +27,16 @@ def test_figures_use_the_object_api_and_leave_the_backend_alone():
             "import sys\nassert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
             "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cost_models_names_load_on_first_use():
+    """``dcpsim.cost_models`` exports its names lazily: a light submodule does not pull in the analytic model
+    (and scipy), and every exported name still resolves to the object of its home module."""
+    assert loaded_after("import dcpsim.cost_models.errors, dcpsim.cost_models.specs") == []
+    import dcpsim.cost_models as cm
+    from dcpsim.cost_models import analytic, specs
+
+    assert sorted(cm.__all__) == sorted(cm._HOME) and set(cm.__all__) <= set(dir(cm))
+    assert cm.AnalyticCostModel is analytic.AnalyticCostModel and cm.JobSpec is specs.JobSpec
+    for name in cm.__all__:
+        assert getattr(cm, name).__module__.startswith("dcpsim.cost_models."), name
