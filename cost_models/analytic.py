@@ -110,8 +110,8 @@ class AnalyticCostModel:
         tp_layer = self.tp_comm_layer_s(tpr)
         end_f, end_b, end_tp_f, end_tp_b = self.ends_s(tpr, stage)
         # MoE: EP dispatch/combine all-to-alls (cost_models.moe), reported with the CP communication.
-        ep_f, ep_b = (moe.ep_comm_s(job, cal, tpr, stage, groups.first_rank, self._p2p_bytes_scale())
-                      if m.is_moe else (0.0, 0.0))
+        ep_f, ep_b = (moe.ep_comm_s(job, cal, tpr, stage, groups.first_rank, self._p2p_bytes_scale(),
+                                    by_destination=self.terms.links) if m.is_moe else (0.0, 0.0))
         moe_re = moe.recompute_bwd_s(job, cal, tpr, stage) if m.is_moe else 0.0
         return GroupCosts(
             fwd_compute_s=lin_f + att_f + fixed_f + end_f,

@@ -15,8 +15,10 @@ one microbatch), per MoE layer, forward:
 * Expert-parallel all-to-all (Megatron-Core ``MoEAlltoAllTokenDispatcher``): a dispatch before the experts
   and a combine after, each an all-to-all over the ep ranks of the EP group with T · k / t tokens of h bf16
   values per GPU (T · k · h · 2 / t bytes, the nccl-tests buffer; (ep − 1)/ep of it leaves the GPU), priced
-  by the calibration's all_to_all model on NVLink when the EP group's GPUs share a node (NVLink domain),
-  else on the network. With t > 1 the dispatcher all-gathers the received tokens over the TP group and
+  by the calibration's all_to_all model on NVLink when the EP group's GPUs share an NVLink domain; else
+  (CostTerms.links) the share addressed to the ep − L destinations in other domains crosses at the network
+  rate (L: the fewest EP-group members in one domain; bytes / the GPU's NIC share) while the L − 1 local
+  ones go over NVLink at the same time, and without that term the whole buffer crosses at the network rate. With t > 1 the dispatcher all-gathers the received tokens over the TP group and
   reduce-scatters them after the experts (T · k · h · 2 bytes, NVLink). The backward repeats both
   (gradients of dispatch and combine travel the same way). Fully exposed (Megatron-Core overlaps the EP
   all-to-all only with its ``--overlap-moe-expert-parallel-comm`` schedule, off by default).
@@ -54,7 +56,7 @@ import numpy as np
 
 from dcpsim.cost_models.calibration import Calibration
 from dcpsim.cost_models.specs import JobSpec, ModelSpec
-from dcpsim.cost_models.topology import spans_domains
+from dcpsim.cost_models.topology import domain_of, spans_domains
 
 BF16_BYTES = 2.0
 # Bytes per token per hidden unit a dense layer keeps (Korthikanti et al. 2022, selective recompute).
@@ -126,22 +128,45 @@ def ep_group_crosses(job: JobSpec, stage: int, first_rank: np.ndarray) -> np.nda
     return spans_domains(job, stage, first, job.ep)
 
 
+def ep_local_members(job: JobSpec, stage: int, first_rank: np.ndarray) -> np.ndarray:
+    """L per group: the fewest members of its EP group (ranks ⌊w/ep⌋·ep .. +ep−1) that share one NVLink
+    domain. A GPU in that domain addresses ep − L of its ep all-to-all destinations across domains."""
+    first = np.atleast_1d(np.asarray(first_rank, dtype=np.int64)) // job.ep * job.ep
+    dom = domain_of(job, stage, first[:, None] + np.arange(job.ep))
+    rel = dom - dom[:, :1]
+    counts = np.zeros((first.size, int(rel.max()) + 1))
+    np.add.at(counts, (np.repeat(np.arange(first.size), job.ep), rel.ravel()), 1.0)
+    return np.where(counts > 0, counts, np.inf).min(axis=1)
+
+
 def ep_comm_layer_s(
-    job: JobSpec, cal: Calibration, tpr: np.ndarray, crosses: np.ndarray, net_bytes_scale: float = 1.0
+    job: JobSpec,
+    cal: Calibration,
+    tpr: np.ndarray,
+    crosses: np.ndarray,
+    net_bytes_scale: float = 1.0,
+    local: np.ndarray | None = None,
 ) -> np.ndarray:
     """Exposed EP communication of one MoE layer, forward (the backward is the same), per GPU: dispatch and
     combine all-to-alls over the EP group, and with t > 1 the TP all-gather / reduce-scatter of the
     received tokens. ``net_bytes_scale`` multiplies the bytes of an all-to-all that crosses NVLink domains
-    (1 / the GPU's share of a NIC: cost_models.topology.p2p_nic_share, every GPU sending on its own rail)."""
-    m = job.model
+    (1 / the GPU's share of a NIC: cost_models.topology.p2p_nic_share, every GPU sending on its own rail).
+    ``local`` (L per group, :func:`ep_local_members`): only the ep − L destinations in other domains go over
+    the network, concurrently with the L − 1 on NVLink; None: a crossing all-to-all runs wholly at the
+    network rate (the rule of the first version for any group that spans nodes)."""
+    m, ep = job.model, job.ep
     tpr = np.asarray(tpr, dtype=np.float64)
     routed_bytes = tpr * m.experts_per_token * m.hidden * BF16_BYTES
     out = np.zeros_like(tpr)
-    if job.ep > 1:
-        nv = cal.link("all_to_all", "nvlink").seconds("all_to_all", routed_bytes / job.tp, job.ep)
-        net = cal.link("all_to_all", "network").seconds(
-            "all_to_all", net_bytes_scale * routed_bytes / job.tp, job.ep
-        )
+    if ep > 1:
+        buf = routed_bytes / job.tp  # nccl-tests buffer; the link model moves (ep − 1)/ep of it
+        nv_link, net_link = cal.link("all_to_all", "nvlink"), cal.link("all_to_all", "network")
+        nv = nv_link.seconds("all_to_all", buf, ep)
+        if local is None:
+            net = net_link.seconds("all_to_all", net_bytes_scale * buf, ep)
+        else:  # per-destination shares: (ep − L)/(ep − 1) of the moved bytes remote, (L − 1)/(ep − 1) local
+            remote = net_link.seconds("all_to_all", net_bytes_scale * buf * (ep - local) / (ep - 1), ep)
+            net = np.maximum(remote, nv_link.seconds("all_to_all", buf * (local - 1) / (ep - 1), ep))
         out = out + 2.0 * np.where(crosses, net, nv)
     if job.tp > 1:
         ag = cal.link("all_gather", "nvlink").seconds("all_gather", routed_bytes, job.tp)
@@ -157,15 +182,18 @@ def ep_comm_s(
     stage: int,
     first_rank: np.ndarray,
     net_bytes_scale: float = 1.0,
+    by_destination: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exposed EP communication of ``stage`` (all its MoE layers), (forward, backward); the backward is the
-    forward's again, twice when the MoE layers are recomputed (the recomputed forward dispatches again)."""
+    forward's again, twice when the MoE layers are recomputed (the recomputed forward dispatches again).
+    ``by_destination``: price a crossing all-to-all by its remote destinations (:func:`ep_comm_layer_s`)."""
     n_moe = stage_layers(job, stage)[1]
     if not n_moe:
         z = np.zeros_like(np.asarray(tpr, dtype=np.float64))
         return z, z
     crosses = ep_group_crosses(job, stage, first_rank)
-    fwd = n_moe * ep_comm_layer_s(job, cal, tpr, crosses, net_bytes_scale)
+    local = ep_local_members(job, stage, first_rank) if by_destination and job.ep > 1 else None
+    fwd = n_moe * ep_comm_layer_s(job, cal, tpr, crosses, net_bytes_scale, local)
     return fwd, (2.0 if job.moe_recompute else 1.0) * fwd
 
 

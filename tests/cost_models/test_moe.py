@@ -156,16 +156,36 @@ def test_model_flops_count_active_weights():
 
 
 def test_cross_domain_all_to_all_shares_the_nics():
-    # H100 with 4 NICs for 8 GPUs: a GPU gets half a NIC, so a cross-domain all-to-all's bytes take twice as
-    # long (cost_models.topology.p2p_nic_share); inside a domain nothing changes.
+    # H100 with 4 NICs for 8 GPUs: a GPU gets half a NIC, so the bytes a cross-domain all-to-all sends to
+    # other domains (8 of the 16 destinations of EP 16 on two 8-GPU nodes) take twice as long
+    # (cost_models.topology.p2p_nic_share); inside a domain nothing changes.
     T = 8192
     nbytes = T * K * H * 2.0
     half_nics = replace(get_gpu("h100"), nics_per_node=4)
-    for ep, delta_bytes in ((16, nbytes), (8, 0.0)):
+    for ep, remote_bytes in ((16, nbytes * 8 / 16), (8, 0.0)):
         full = AnalyticCostModel(job(ep=ep)).group_costs(one_group(T)).fwd_comm_s[0]
         half = AnalyticCostModel(replace(job(ep=ep), gpu=half_nics)).group_costs(one_group(T)).fwd_comm_s[0]
-        cm = AnalyticCostModel(job(ep=ep))
-        lm = cm.cal.link("all_to_all", "network")
+        lm = AnalyticCostModel(job(ep=ep)).cal.link("all_to_all", "network")
         assert half - full == pytest.approx(
-            LAYERS * 2 * delta_bytes * (ep - 1) / ep / (lm.busbw_gbs * 1e9), rel=1e-9, abs=1e-12
+            LAYERS * 2 * remote_bytes / (lm.busbw_gbs * 1e9), rel=1e-9, abs=1e-12
         )
+
+
+def test_crossing_all_to_all_priced_by_its_remote_destinations():
+    # EP 32 on H100 (TP 1): every GPU has 8 of its 32 destinations in its own node, 24 across. With the links
+    # term the 24/32 of the buffer that leaves the node crosses at the network rate (the 7/32 on NVLink runs
+    # concurrently and is faster); without it the whole (31/32) buffer does.
+    T = 4096
+    nbytes = T * K * H * 2.0
+    j32 = replace(job(ep=16, pool=32), ep=32, model=replace(MODEL, experts=32))
+    by_dest, whole = (
+        AnalyticCostModel(j32, terms=t) for t in (CostTerms.parse("legacy,+links"), CostTerms.legacy())
+    )
+    net = by_dest.cal.link("all_to_all", "network")
+    alpha = net.base_s + 31 * net.hop_s
+    got = by_dest.group_costs(one_group(T)).fwd_comm_s[0]
+    assert got == pytest.approx(LAYERS * 2 * (alpha + nbytes * 24 / 32 / (net.busbw_gbs * 1e9)), rel=1e-12)
+    assert whole.group_costs(one_group(T)).fwd_comm_s[0] == pytest.approx(
+        LAYERS * 2 * (alpha + nbytes * 31 / 32 / (net.busbw_gbs * 1e9)), rel=1e-12
+    )
+    assert list(moe.ep_local_members(j32, 0, np.array([0, 5]))) == [8, 8]  # 8 GPUs per NVLink domain
