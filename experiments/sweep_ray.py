@@ -11,8 +11,8 @@ Design:
   100,000 tasks never holds 100,000 object references or results.
 - **Failures are recorded, never lost.** ``run_task`` already records a point's own exception. A task whose
   worker process dies (killed, out of memory, node lost) is retried by Ray up to ``max_retries`` times
-  (``@ray.remote(max_retries=…)``, system failures only); after that its record says so as an error, and
-  ``--retry-errors`` runs it again.
+  (``@ray.remote(max_retries=…)``, system failures only; tasks killed by Ray's memory monitor follow Ray's
+  own OOM retry policy); after that its record says so as an error, and ``--retry-errors`` runs it again.
 - **Same code on every worker.** Each record carries the worker's versions of dcpsim, numpy, scipy and simpy
   (``sweep_keys.runtime_versions``); one that differs from the driver's is stored as an error naming both
   (the key promises results of the driver's code).
@@ -130,7 +130,8 @@ def _collect(ray: Any, ref: Any, task: Task, max_retries: int, version: str) -> 
         return error_record(task, f"{type(cause).__name__}: {first}")
     except ray.exceptions.RayError as e:  # worker died / OOM-killed / node lost, after the retries
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return error_record(task, f"{type(e).__name__} after {max_retries} retries: {first}")
+        return error_record(task, f"{type(e).__name__}, Ray gave up retrying (max_retries={max_retries}): "
+                                  f"{first}")
     if rec.get("worker_version") != version:
         return error_record(task, f"the worker runs {rec.get('worker_version')}, the driver {version}: "
                                   "install the same versions on every node")

@@ -136,7 +136,7 @@ def test_lost_worker_and_raising_task_are_recorded(local_ray, grid, tmp_path):
     got = {}
     run_ray(tasks, lambda rec: got.setdefault(rec["key"], rec), max_retries=1, fn=flaky)
     assert set(got) == {t.key for t in tasks}  # nothing lost
-    assert got[crash]["error"].startswith("WorkerCrashedError after 1 retries: ")
+    assert got[crash]["error"].startswith("WorkerCrashedError, Ray gave up retrying (max_retries=1): ")
     assert len(list(attempts.iterdir())) == 2  # the first try and one retry, each in a fresh worker
     assert got[boom]["error"] == "RuntimeError: boom"
     assert "0.0.0-other" in got[stale]["error"]
