@@ -42,8 +42,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
 
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
@@ -160,6 +158,10 @@ def _one_group(bt: BlockTimes, lengths: np.ndarray, budget: int) -> tuple[float,
 def solve_milp(bt: BlockTimes, lengths: np.ndarray, budget: int, pool: int, node_limit: int,
                time_limit_s: float) -> tuple[float, list[int]] | None:
     """The MILP of the module docstring; None when HiGHS finds no feasible solution within its limits."""
+    # scipy loads here, not at import: 'dcpsim policies' imports every policy module to list it
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
     n, B = bt.seq.shape
     ii, bb = np.nonzero(np.isfinite(bt.seq))
     P = len(ii)
