@@ -39,7 +39,7 @@ from dcpsim.cost_models.errors import CalibrationError
 from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
 from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
 from dcpsim.cost_models.terms import CostTerms
-from dcpsim.cost_models.profile_table import ATTENTION_OPS, FWD_BWD_OP, LAYER_OPS, row_flops, row_size
+from dcpsim.cost_models.profile_table import ATTENTION_OPS, FWD_BWD_OP, LAYER_OPS, RING_OPS, row_flops, row_size
 
 GroupKey = tuple[str, str, int, int]  # (kernel, op, causal, head_dim)
 
@@ -233,6 +233,64 @@ def _fit_layer_overhead(profile: pd.DataFrame, cal: Calibration) -> tuple[Calibr
     return replace(cal, **fitted), terms
 
 
+# ---- fixed per-ring-step cost ------------------------------------------------------------------------------
+def ring_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarray, np.ndarray]:
+    """The analytic model's forward and backward seconds of each ring row (one layer, one rank of a ring of
+    ``group_size``, one causal document of ``tokens`` tokens): attention plus exposed transfers, with
+    ``cal``'s curves and links and no fixed costs."""
+    from dcpsim.cost_models.analytic import AnalyticCostModel
+    from dcpsim.cost_models.base import GroupBatch
+    from dcpsim.cost_models.calibration import SaturatingCurve
+    from dcpsim.cost_models.presets import get_gpu
+    from dcpsim.cost_models.specs import JobSpec, ModelSpec
+
+    if (rows["link"] != "nvlink").any():
+        raise CalibrationError("ring rows over network links are not fitted yet; give link = nvlink rows "
+                               "(a ring inside one node)")
+    kernels = replace(cal, gemm=SaturatingCurve(math.inf, 0.0), **{f: 0.0 for f in FIXED_FIELDS})
+    fwd, bwd = np.zeros(len(rows)), np.zeros(len(rows))
+    for i, r in enumerate(rows.to_dict("records")):
+        a, g, d, n, c = (int(r[k]) for k in ("heads", "kv_heads", "head_dim", "tokens", "group_size"))
+        model = ModelSpec("profiled-ring", hidden=a * d, ffn=1, layers=1, heads=a, kv_heads=g, head_dim=d, vocab=1)
+        backend = backend_of_kernel(r["kernel"]) if r["kernel"] else None
+        backend = backend if backend in cal.attention else None  # else the calibration's single curve
+        job = JobSpec(model=model, gpu=get_gpu("h100"), tp=1, pp=1, pool=c, context_len=n, global_batch_tokens=n,
+                      max_tokens_per_rank=n, attention_backend=backend)  # ≤ 8 ranks of TP 1: one node, NVLink
+        one = GroupBatch(np.array([n]), np.array([0]), np.array([c]), np.array([1]), np.array([0]))
+        terms = CostTerms.parse("legacy,+attention_backend" if backend else "legacy")
+        gc = AnalyticCostModel(job, kernels, terms).group_costs(one)
+        fwd[i], bwd[i] = gc.fwd_compute_s[0] + gc.fwd_comm_s[0], gc.bwd_compute_s[0] + gc.bwd_comm_s[0]
+    return fwd, bwd
+
+
+def fit_step_overhead(predicted: np.ndarray, measured: np.ndarray, steps: np.ndarray) -> float:
+    """The constant c ≥ 0 (seconds per step) minimising Σ ((predicted + c·steps) / measured − 1)²."""
+    p, m, k = (np.asarray(a, dtype=np.float64) for a in (predicted, measured, steps))
+    c = float(np.sum((m - p) * k / m**2) / max(float(np.sum(k * k / m**2)), 1e-300))
+    return _sig(max(c, 0.0))
+
+
+def _fit_ring_overhead(profile: pd.DataFrame, cal: Calibration) -> tuple[Calibration, list[OpFit]]:
+    """``cal`` with the per-ring-step costs fitted to the profile's ring rows (unchanged without any)."""
+    terms, fitted = [], {}
+    for op in RING_OPS:
+        key = f"ring_step_overhead_{op[5:]}_s"
+        rows = profile[profile["op"] == op]
+        if rows.empty:
+            terms.append(OpFit(key, "base", {"seconds": getattr(cal, key)}, note=f"no {op} rows"))
+            continue
+        pred = ring_kernel_seconds(rows, cal)[0 if op == "ring_fwd" else 1]
+        meas = rows["seconds"].to_numpy(np.float64)
+        steps = rows["group_size"].to_numpy(np.float64) - 1
+        c = fit_step_overhead(pred, meas, steps)
+        fitted[key] = c
+        ape = _ape(pred + c * steps, meas)
+        terms.append(OpFit(key, "fitted", {"seconds": c}, len(rows), float(ape.mean()), float(ape.max()),
+                           f"model without it MAPE {_ape(pred, meas).mean():.0%}; ring sizes "
+                           f"{', '.join(map(str, sorted(set(rows['group_size'].astype(int)))))}"))
+    return replace(cal, **fitted), terms
+
+
 # ---- the whole calibration ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OpFit:
@@ -388,6 +446,8 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
                            {"peak_tflops": ac.fwd_causal.peak_tflops, "half": ac.fwd_causal.half},
                            note=f"causal forward of kernel {ac.kernel} d{d}; derived: {derived}"))
     cal, layer_terms = _fit_layer_overhead(profile, cal)
+    cal, ring_terms = _fit_ring_overhead(profile, cal)
+    layer_terms = layer_terms + ring_terms
     terms[3:3] = layer_terms  # after attn_fwd, attn_bwd, gemm; before the collectives
     report = FitReport(name, kernel, d, tuple(terms), groups, group_mape, loo_summary(profile))
     return cal, report

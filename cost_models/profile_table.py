@@ -30,6 +30,13 @@ tokens. They need ``tokens``, ``in_features`` (= h), ``out_features`` (= f), ``h
 ``kv_heads`` defaults to ``heads``, ``q_len`` and ``kv_len`` to ``tokens`` (if given they must equal it),
 ``causal`` to 1 (the only value allowed), ``batch`` to 1 (the only value allowed).
 
+``ring_fwd`` / ``ring_bwd`` time one layer's ring CP attention (TransformerEngine p2p, dual-chunk) on one
+rank of a ring of ``group_size`` ranks, forward alone or backward alone, over one causal document of
+``tokens`` tokens (the whole document; each rank holds tokens / group_size), with ``heads``, ``kv_heads``
+(default ``heads``), ``head_dim`` and ``link`` (``nvlink``). The fitter subtracts the analytic model's
+attention and exposed transfer time and keeps the rest, per ring step beyond the first, as the fixed
+per-step cost.
+
 Fields an op does not use may be empty. FLOP conventions (those of the FlashAttention papers and of
 :mod:`cost_models.flops`): attention forward = 4·d·a·P FLOPs per sequence, P the (query, key) pairs computed:
 q·kv without mask, kv·m − m²/2 with m = min(q, kv) under a causal mask (L²/2 when q = kv = L); backward =
@@ -52,7 +59,8 @@ ATTENTION_OPS = ("attn_fwd", "attn_bwd")
 FWD_BWD_OP = "attn_fwd_bwd"  # forward + backward of one call timed together (the FlashAttention-2 paper's figures)
 ALL_ATTENTION_OPS = ATTENTION_OPS + (FWD_BWD_OP,)
 LAYER_OPS = ("layer_fwd", "layer_bwd")
-COMPUTE_OPS = ALL_ATTENTION_OPS + ("gemm",) + LAYER_OPS
+RING_OPS = ("ring_fwd", "ring_bwd")  # one layer's ring CP attention on one rank (attention + its transfers)
+COMPUTE_OPS = ALL_ATTENTION_OPS + ("gemm",) + LAYER_OPS + RING_OPS
 OPS = COMPUTE_OPS + COLLECTIVES
 INT_FIELDS = ("q_len", "kv_len", "batch", "heads", "kv_heads", "head_dim", "causal", "tokens", "in_features",
               "out_features", "bytes", "group_size")
@@ -64,6 +72,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     **{op: ("q_len", "kv_len", "heads", "head_dim", "causal") for op in ALL_ATTENTION_OPS},
     "gemm": ("tokens", "in_features", "out_features"),
     **{op: ("tokens", "in_features", "out_features", "heads", "head_dim") for op in LAYER_OPS},
+    **{op: ("tokens", "heads", "head_dim", "group_size", "link") for op in RING_OPS},
     **{op: ("bytes", "group_size", "link") for op in COLLECTIVES},
 }
 
@@ -123,7 +132,7 @@ def validate_profile(raw: pd.DataFrame, origin: str = "profile") -> pd.DataFrame
             if f != "link" and ints[f] is None:
                 raise _fail(origin, i, f, "", f"op {op} needs {', '.join(NEEDS[op])}")
         link = rec["link"]
-        if op in COLLECTIVES:
+        if op in COLLECTIVES or op in RING_OPS:
             if link not in LINKS:
                 raise _fail(origin, i, "link", link, f"op {op} needs a link: {' or '.join(LINKS)}")
             if ints["group_size"] < 2:
@@ -134,7 +143,7 @@ def validate_profile(raw: pd.DataFrame, origin: str = "profile") -> pd.DataFrame
             sec = math.nan
         if not (math.isfinite(sec) and sec > 0):
             raise _fail(origin, i, "seconds", rec["seconds"], "expected a positive, finite time in seconds")
-        if op in ALL_ATTENTION_OPS + LAYER_OPS and ints["kv_heads"] is None:
+        if op in ALL_ATTENTION_OPS + LAYER_OPS + RING_OPS and ints["kv_heads"] is None:
             ints["kv_heads"] = ints["heads"]
         if op in ALL_ATTENTION_OPS and ints["batch"] is None:
             ints["batch"] = 1
