@@ -127,8 +127,9 @@ def get_model(name: str) -> ModelSpec:
 
     if is_model_file(name):
         return load_model_file(name)
-    if model_dir_config(name):  # a Hugging Face model folder: its config.json
-        return load_model_file(model_dir_config(name))
+    config = model_dir_config(name)
+    if config is not None:  # a Hugging Face model folder: its config.json
+        return load_model_file(config)
     raise SpecError(f"unknown model preset {name!r}; valid: {', '.join(sorted(MODELS))}, or a Hugging Face "
                     "config.json or a model .toml file")
 

@@ -191,12 +191,12 @@ def form_batches(
         piece_step = trace.step[doc]
         order = np.argsort(piece_step, kind="stable")
         values, first = np.unique(piece_step[order], return_index=True)
-        bounds = np.append(first, order.size)
+        step_bounds = np.append(first, order.size)
         if limit is not None:
-            values, bounds = values[:limit], bounds[: limit + 1]
-            order = order[: bounds[-1]]
+            values, step_bounds = values[:limit], step_bounds[: limit + 1]
+            order = order[: step_bounds[-1]]
         if budget is not None:
-            tokens = np.add.reduceat(pieces[order], bounds[:-1])
+            tokens = np.add.reduceat(pieces[order], step_bounds[:-1])
             over = np.flatnonzero(tokens > budget)
             if over.size:
                 k = int(over[0])
@@ -207,7 +207,7 @@ def form_batches(
                     field="step",
                     value=int(values[k]),
                 )
-        batches = _batches(order, pieces[order], bounds.tolist(), values.tolist())
+        batches = _batches(order, pieces[order], step_bounds.tolist(), values.tolist())
     if limit is not None and len(batches) < limit:
         raise TraceError(
             f"{trace.source}: the trace fills only {len(batches)} global batches; "
