@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +108,11 @@ class Calibration:
                 raise CalibrationError(f"calibration {self.name!r}: {f} = {v!r} is invalid: expected a "
                                        "finite number of seconds ≥ 0")
 
+    def without_fixed_costs(self) -> Calibration:
+        """The same kernels and links with every fixed cost (per layer, ring step, microbatch) at 0."""
+        return replace(self, layer_overhead_fwd_s=0.0, layer_overhead_bwd_s=0.0, ring_step_overhead_fwd_s=0.0,
+                       ring_step_overhead_bwd_s=0.0, microbatch_overhead_fwd_s=0.0, microbatch_overhead_bwd_s=0.0)
+
     def link(self, op: str, link: str) -> LinkModel:
         if op not in COLLECTIVES or link not in LINKS:
             raise CalibrationError(f"no collective {op!r} on link {link!r}; valid ops: {', '.join(COLLECTIVES)}; "
@@ -174,7 +179,6 @@ def published_calibration(gpu: GPUSpec) -> Calibration:
         comm=comm,
         source="FlashAttention-3 paper (Shah et al. 2024) H100 figures; GEMMs at 80% of peak (Llama 3 paper); "
                "NCCL latency model and nccl-tests bus bandwidths; " + FIXED_SOURCE,
-        **FIXED_PUBLISHED,
     )
 
 

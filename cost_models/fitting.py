@@ -185,7 +185,7 @@ def layer_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarr
     from dcpsim.cost_models.presets import get_gpu
     from dcpsim.cost_models.specs import JobSpec, ModelSpec
 
-    kernels = replace(cal, **{f: 0.0 for f in FIXED_FIELDS})
+    kernels = cal.without_fixed_costs()
     layers_only = CostTerms.legacy()  # the row's own kernels: no LM head, no fixed costs, the calibration's curves
     fwd, bwd = np.zeros(len(rows)), np.zeros(len(rows))
     shape_cols = ["in_features", "out_features", "heads", "kv_heads", "head_dim"]
@@ -230,7 +230,7 @@ def _fit_layer_overhead(profile: pd.DataFrame, cal: Calibration) -> tuple[Calibr
         terms.append(OpFit(key, "fitted", {"seconds": c}, len(rows), float(ape.mean()), float(ape.max()),
                            f"kernels alone MAPE {_ape(pred, meas).mean():.0%}; median share of layer time "
                            f"{share:.0%}; tokens {', '.join(map(str, sorted(set(rows['tokens'].astype(int)))))}"))
-    return replace(cal, **fitted), terms
+    return replace(cal, **fitted), terms  # type: ignore[arg-type]  # fitted: fixed-cost fields only
 
 
 # ---- fixed per-ring-step cost ------------------------------------------------------------------------------
@@ -247,7 +247,7 @@ def ring_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarra
     if (rows["link"] != "nvlink").any():
         raise CalibrationError("ring rows over network links are not fitted yet; give link = nvlink rows "
                                "(a ring inside one node)")
-    kernels = replace(cal, gemm=SaturatingCurve(math.inf, 0.0), **{f: 0.0 for f in FIXED_FIELDS})
+    kernels = replace(cal.without_fixed_costs(), gemm=SaturatingCurve(math.inf, 0.0))
     fwd, bwd = np.zeros(len(rows)), np.zeros(len(rows))
     for i, r in enumerate(rows.to_dict("records")):
         a, g, d, n, c = (int(r[k]) for k in ("heads", "kv_heads", "head_dim", "tokens", "group_size"))
@@ -288,7 +288,7 @@ def _fit_ring_overhead(profile: pd.DataFrame, cal: Calibration) -> tuple[Calibra
         terms.append(OpFit(key, "fitted", {"seconds": c}, len(rows), float(ape.mean()), float(ape.max()),
                            f"model without it MAPE {_ape(pred, meas).mean():.0%}; ring sizes "
                            f"{', '.join(map(str, sorted(set(rows['group_size'].astype(int)))))}"))
-    return replace(cal, **fitted), terms
+    return replace(cal, **fitted), terms  # type: ignore[arg-type]  # fitted: fixed-cost fields only
 
 
 # ---- the whole calibration ------------------------------------------------------------------------------

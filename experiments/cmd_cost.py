@@ -27,7 +27,6 @@ from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSp
 from dcpsim.cost_models.gpu_files import resolve_gpu
 from dcpsim.cost_models import flops as fl
 from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
-from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
 from dcpsim.cost_models.head import embedding_compute_s, head_compute_s
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.experiments.errors import ScenarioError
@@ -114,7 +113,7 @@ def predict(args: argparse.Namespace) -> dict:
                      first_rank=np.array([0], dtype=np.int64))
     layer = replace(CostTerms(), lm_head=False)  # one layer: the ends of the pipeline are reported apart
     full = AnalyticCostModel(job, cal, layer).group_costs(one)
-    kernels = replace(cal, **{f: 0.0 for f in FIXED_FIELDS})
+    kernels = cal.without_fixed_costs()
     attn = AnalyticCostModel(job, replace(kernels, gemm=FREE), layer).group_costs(one)
     no_attn = replace(kernels, attn_fwd=FREE, attn_bwd=FREE)
     lin = AnalyticCostModel(job, no_attn, replace(layer, attention_backend=False)).group_costs(one)

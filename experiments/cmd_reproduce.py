@@ -95,6 +95,8 @@ def attention_cases(tol: dict[str, float]) -> list[Case]:
         x, flops = row_size(rows), row_flops(rows)
         for i, r in enumerate(rows.to_dict("records")):
             b = backend_of_kernel(r["kernel"])
+            if b is None:
+                continue  # a kernel of no backend (none in the shipped profile)
             ac = cal.attention[b]
             mask = "causal" if int(r["causal"]) else "full"
             if r["op"] == FWD_BWD_OP:
@@ -104,7 +106,7 @@ def attention_cases(tol: dict[str, float]) -> list[Case]:
             else:
                 pred = ac.curve(f"{r['op'][5:]}_{mask}").seconds(flops[i], x[i])
             name = f"{r['kernel']} {r['op'][5:]} {mask} L={int(r['q_len'])} {dev}"
-            out.append(_case(f"attention:{b}", name, pred, r["seconds"], tol, "s"))
+            out.append(_case(f"attention:{b}", name, float(pred), r["seconds"], tol, "s"))
     return out
 
 
@@ -118,7 +120,7 @@ def nccl_cases(tol: dict[str, float]) -> list[Case]:
     for r in coll.to_dict("records"):
         op, n, nbytes = str(r["op"]), int(r["group_size"]), int(r["bytes"])
         pred = cal.link(op, str(r["link"])).seconds(op, nbytes, n)
-        out.append(_case("nccl", f"{op} n={n} {nbytes / 2**20:g} MiB", pred, r["seconds"], tol, "s"))
+        out.append(_case("nccl", f"{op} n={n} {nbytes / 2**20:g} MiB", float(pred), r["seconds"], tol, "s"))
     return out
 
 
