@@ -13,9 +13,10 @@ group, so here the rule sizes CP groups instead:
    what memory needs (⌈Σ L / (W · M)⌉). Target F̄ = Σ F / (W · m); cap = F̄ · (1 + ``tolerance``).
 3. Degree c(L) = max(memory minimum ⌈L / M⌉, ⌈F(L) / cap⌉), at most W: any integer.
 4. Sequences by decreasing per-rank share F / c: (a) join the least-loaded existing group of degree c that
-   stays ≤ cap and within memory; else (b) open a group on the first c contiguous free ranks of the least
-   loaded microbatch that has them; else (c) the least-loaded group of degree c with memory room, over cap;
-   else (d) a new microbatch.
+   stays ≤ cap and within memory; else (b) open a group in the least-loaded microbatch that has c contiguous
+   free ranks, on the free window whose ranks carry the least load over the iteration so far (so that no rank
+   collects more than its share: that would be a DP bubble); else (c) the least-loaded group of degree c
+   with memory room, over cap; else (d) a new microbatch.
 5. Engines: ``cp_engine`` (default ``auto``: the cheapest Ulysses × ring split per group, policies.engines).
 
 The default m minimises (m + p − 1) · (A / m + o), the 1F1B iteration of m equal microbatches, where A is
@@ -60,20 +61,23 @@ def one_f_one_b_microbatches(lengths: np.ndarray, cost_model: CostModel, num_sta
                                               np.zeros(1, dtype=np.int64)), 0)
     o = float(np.asarray(probe.total_s).reshape(-1)[0])
     if o <= 0:
-        return n if m_min <= n else m_min
-    m = int(round(math.sqrt((num_stages - 1) * A / o)))
+        return max(n, m_min)
+    m = round(math.sqrt((num_stages - 1) * A / o))
     return int(min(max(m, m_min, 1), max(n, m_min)))
 
 
-def _first_window(free: np.ndarray, c: int) -> np.ndarray:
-    """Per microbatch (rows of ``free``), the first rank of the first c contiguous free ranks, or −1."""
+def _first_window(free: np.ndarray, c: int, rank_load: np.ndarray) -> np.ndarray:
+    """Per microbatch (rows of ``free``), the first rank of the c contiguous free ranks whose loads over the
+    iteration so far (``rank_load``) sum least (ties: the lowest), or −1 where there are none."""
     m, W = free.shape
     if c > W:
         return np.full(m, -1)
     s = np.concatenate([np.zeros((m, 1), dtype=np.int64), np.cumsum(free, axis=1)], axis=1)
     ok = (s[:, c:] - s[:, :-c]) == c
+    cl = np.concatenate([[0.0], np.cumsum(rank_load)])
+    win = cl[c:] - cl[:-c]
     has = ok.any(axis=1)
-    return np.where(has, np.argmax(ok, axis=1), -1)
+    return np.where(has, np.argmin(np.where(ok, win[None, :], np.inf), axis=1), -1)
 
 
 @register_policy("distca")
@@ -108,6 +112,7 @@ class DistCA:
         share = F / c_of
         free = np.ones((m, W), dtype=bool)
         mb_load = np.zeros(m)
+        rank_load = np.zeros(W)
         groups: list[dict] = []
         by_size: dict[int, list[int]] = {}
         for i in np.lexsort((np.arange(len(L)), -share)).tolist():
@@ -121,7 +126,7 @@ class DistCA:
                 if under.any():
                     g = gids[int(np.argmin(np.where(under, load, np.inf)))]
             if g < 0:
-                first = _first_window(free, c)
+                first = _first_window(free, c, rank_load)
                 if (first >= 0).any():
                     k = int(np.argmin(np.where(first >= 0, mb_load, np.inf)))
                     g = self._open(groups, by_size, free, k, int(first[k]), c)
@@ -136,6 +141,7 @@ class DistCA:
             rec["tokens"] += tok
             rec["load"] += sh
             mb_load[rec["mb"]] += F[i]
+            rank_load[rec["first"]:rec["first"] + c] += sh
         mbs: list[list[CPGroup]] = [[] for _ in range(len(mb_load))]
         for rec in groups:
             mbs[rec["mb"]].append(CPGroup(tuple(range(rec["first"], rec["first"] + rec["size"])), tuple(rec["ids"]),

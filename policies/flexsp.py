@@ -31,7 +31,8 @@ and the next doublings. HiGHS (scipy.optimize.milp) stops after ``node_limit`` b
 deterministic only while the node limit is what stops the solver. A
 greedy solution (largest sequence first, into the option that leaves the smallest load: an open block with
 memory room or a new group while the pool has ranks; if that strands a sequence, everything in one group of
-the largest size) is computed first, and kept when the solver finds no better one. A microbatch the greedy cannot place and the solver cannot solve is split in two.
+the largest size) is computed first, and kept when the solver finds no better one. A microbatch the greedy
+cannot place and the solver cannot solve is split in two.
 """
 
 from __future__ import annotations

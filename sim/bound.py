@@ -141,7 +141,7 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
         per_seq = np.maximum(least, 0.0)[inverse].sum() if len(L) else 0.0
         # Fixed work: every group costs at least an empty group's compute; rank-slots ≥ Σ L / M.
         slots = total_tokens / (M * (1 + MEMORY_SLACK)) if M is not None and len(L) else (1.0 if len(L) else 0.0)
-        fixed_per_slot = float(np.min((empty_f[s] + empty_b[s]))) if len(cand_c) else 0.0
+        fixed_per_slot = float(np.min(empty_f[s] + empty_b[s])) if len(cand_c) else 0.0
         mean_busy = (per_seq + slots * fixed_per_slot) / W
         fill = float(min_f[:s].sum() + sum(zero_xfer[:s]))
         drain = max(float(sync[s]), float(min_b[:s].sum() + sum(zero_xfer[:s]) + sync[0]))

@@ -26,7 +26,7 @@ def test_target_and_degrees_by_hand() -> None:
     L = np.array([40000, 6000, 6000, 6000, 6000, 6000, 6000])
     F = document_work(L, job)
     cap = F.sum() / 4 * 1.0  # tolerance 0
-    want = int(math.ceil(F[0] / cap))
+    want = math.ceil(F[0] / cap)
     plan = create_policy("distca", tolerance=0.0, num_microbatches=1).plan(GlobalBatch.of(L), job, cm)
     deg = plan.degrees()
     assert deg[0] == want == 3
