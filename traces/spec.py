@@ -10,8 +10,9 @@ Forms (lengths in tokens; a value may end in K = 1024 or M = 1024², e.g. ``max=
   plus a Pareto tail (:func:`traces.lognormal_pareto`): a document is a tail one with probability
   ``tail_frac``, then P(L > x) = (tail_start / x)^alpha.
 * ``mix:0.9*lognormal:median=2048,sigma=1+0.1*pareto:...``: a mixture (:func:`traces.mixture`); each
-  component is ``WEIGHT*SPEC`` with a per-document weight and any form above or a preset name; components
-  are joined by ``+`` (a ``+`` followed by ``WEIGHT*`` starts the next one).
+  component is ``WEIGHT*SPEC`` with a per-document weight and any form above, a preset name or a trace file
+  (its lengths resampled with replacement); components are joined by ``+`` (a ``+`` followed by
+  ``WEIGHT*`` starts the next one).
 
 A spec becomes a :class:`TracePreset` whose ``context_len`` is its ``max`` (or, without one, a bound of
 2^40 tokens no draw reaches in practice); batches cut documents longer than the scenario's context as for
@@ -29,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from dcpsim.traces.errors import TraceError
-from dcpsim.traces.generators import lognormal, lognormal_pareto, mixture
+from dcpsim.traces.generators import empirical, lognormal, lognormal_pareto, mixture
+from dcpsim.traces.io import read_trace
 from dcpsim.traces.presets import TracePreset, get_preset
 
 __all__ = ["DISTRIBUTIONS", "is_distribution_spec", "parse_distribution", "resolve_length_source"]
@@ -223,7 +225,8 @@ def _mix(text: str) -> TracePreset:
             raise TraceError(
                 "distribution 'mix': a mixture cannot contain a mixture", field="mix", value=part
             )
-        comps.append(resolve_length_source(spec))
+        is_file = not is_distribution_spec(spec) and bool(Path(spec).suffix)
+        comps.append(_file_source(spec) if is_file else resolve_length_source(spec))
         weights.append(w)
     if not sum(weights) > 0:
         raise TraceError("distribution 'mix': the weights sum to 0; expected a positive sum", field="weight")
@@ -236,6 +239,22 @@ def _mix(text: str) -> TracePreset:
         source="command-line distribution (traces.spec)",
         sampler=sampler,
     )
+
+
+def _file_source(path: str) -> TracePreset:
+    """A trace file as a mixture component: its lengths, resampled with replacement."""
+    lengths = read_trace(path).lengths
+    return TracePreset(
+        name=path,
+        context_len=int(lengths.max()),
+        description=f"lengths of {path}, resampled",
+        source=path,
+        sampler=partial(_draw_empirical, lengths),
+    )
+
+
+def _draw_empirical(lengths: np.ndarray, n: int, seed: int) -> np.ndarray:
+    return empirical(lengths, n, seed)
 
 
 def _draw_mix(comps: tuple[TracePreset, ...], weights: tuple[float, ...], n: int, seed: int) -> np.ndarray:

@@ -108,3 +108,15 @@ def test_sample_batches_by_sequence_count():
     assert [b.num_seqs for b in bs] == [50, 50, 50]
     np.testing.assert_array_equal(np.concatenate([b.seq_ids for b in bs]), np.arange(150))
     assert bs == sample_batches("32k", 3, 1, seed=2, global_batch_seqs=50)
+
+
+def test_a_trace_file_as_a_mixture_component(tmp_path):
+    f = tmp_path / "l.csv"
+    f.write_text("length\n100\n200\n300\n")
+    p = parse_distribution(f"mix:1*{f}+1*lognormal:median=64K,sigma=0.1,min=60000,max=70000")
+    out = p.sample(2000, 3)
+    short = out[out < 1000]
+    assert set(short.tolist()) == {100, 200, 300} and 0.4 < short.size / out.size < 0.6
+    assert p.context_len == 70000
+    with pytest.raises(TraceError, match="missing.csv"):
+        parse_distribution("mix:1*missing.csv")
