@@ -66,3 +66,15 @@ def test_memory_floor_raises_degrees_and_infeasible_is_one_error() -> None:
         iteration_bound(np.array([10, 5000]), cm)
     # Without a memory constraint the same batch has a bound (degree 1 allowed).
     assert iteration_bound(np.array([10, 5000]), cm, max_tokens_per_rank=None).bound_s > 0
+
+
+def test_engine_sync_end_is_the_reported_iteration_time() -> None:
+    # The property test reads the engine's last sync end instead of building metrics; they must agree.
+    from dcpsim.sim.engine import execute
+    from dcpsim.sim.flatten import flatten
+    cm = _cm(pp=2, pool=2, pp_s=1e-4, grad_sync=0.01)
+    batch = GlobalBatch.of([300, 200, 100])
+    plan = make_plan("hand", 2, [[CPGroup((0, 1), (0,), Engine.for_size("ring", 2))],
+                                 [CPGroup((0,), (1,), Engine()), CPGroup((1,), (2,), Engine())]])
+    T = simulate_plan(plan, batch, cm).metrics.iteration_time_s
+    assert float(execute(flatten(plan, batch), cm, 2).sync_end.max()) == T
