@@ -59,6 +59,7 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
     xfer = np.zeros((p, G))
     tpr = fp.groups.tokens_per_rank()
     member_tpr = tpr[fp.member_group]
+    member_start = np.cumsum(fp.groups.size) - fp.groups.size  # each group's members are consecutive
     for s in range(p):
         c = cost_model.group_costs(fp.groups, s)
         compute[s, :, 0], compute[s, :, 1] = c.fwd_compute_s, c.bwd_compute_s
@@ -67,7 +68,9 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
         if s < p - 1:
             # Every member sends its own share to the same pool rank of stage s + 1; the group's next
             # operation waits for the slowest of them.
-            np.maximum.at(xfer[s], fp.member_group, cost_model.pp_transfer_s(member_tpr, s, fp.member_rank))
+            if G:
+                sent = np.broadcast_to(cost_model.pp_transfer_s(member_tpr, s, fp.member_rank), member_tpr.shape)
+                xfer[s] = np.maximum.reduceat(sent, member_start)
     if slowdown:
         factor = np.ones(fp.pool)
         for r, f in slowdown.items():
