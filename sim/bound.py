@@ -34,6 +34,7 @@ from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.errors import InfeasibleError
 
 MEMORY_SLACK = 1e-9  # the plan validator's relative tolerance on the per-rank token budget
+CHAIN_LENGTHS = 64  # distinct lengths whose chain gets its PP transfers priced (the longest compute chains)
 
 
 @dataclass(frozen=True)
@@ -151,14 +152,23 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
 
     chain, chain_seq = 0.0, -1
     if len(L):
-        tot = np.zeros(len(Lr))
+        comp = np.zeros(len(Lr))
         for s in range(p):
-            tot += fwd[s] + bwd[s]
-            if s < p - 1:
-                xf = cost_model.pp_transfer_s((Lr / cr)[:, None], s, np.arange(W)[None, :])
-                tot += 2.0 * np.min(np.asarray(xf, dtype=np.float64), axis=1)  # the cheapest rank's link
+            comp += fwd[s] + bwd[s]
         best = np.full(n_u, np.inf)
-        np.minimum.at(best, which, tot)
+        np.minimum.at(best, which, comp)
+        if p > 1:
+            # PP transfers priced per rank (each rank has its own link) for the CHAIN_LENGTHS lengths with the
+            # longest compute chains: a max over fewer sequences is still a lower bound, and cheap.
+            top = np.argsort(-best, kind="stable")[:CHAIN_LENGTHS]
+            rows = np.flatnonzero(np.isin(which, top))
+            tot = comp[rows].copy()
+            for s in range(p - 1):
+                xf = cost_model.pp_transfer_s((Lr[rows] / cr[rows])[:, None], s, np.arange(W)[None, :])
+                tot += 2.0 * np.min(np.asarray(xf, dtype=np.float64), axis=1)  # the cheapest rank's link
+            best = np.full(n_u, -np.inf)
+            best[top] = np.inf
+            np.minimum.at(best, which[rows], tot)
         k = int(np.argmax(best))
         chain = float(best[k] + sync[0])
         chain_seq = int(np.flatnonzero(L == uniq[k])[0])
