@@ -242,9 +242,10 @@ class AnalyticCostModel:
         q_bytes = tpr * job.heads_per_rank * m.head_dim * BF16_BYTES
         kv_bytes = tpr * job.kv_heads_per_rank * m.head_dim * BF16_BYTES
         nv, net = self._cal.link("all_to_all", "nvlink"), self._cal.link("all_to_all", "network")
+        k = self._p2p_bytes_scale()  # every member sends on its own rail, shared on nodes with fewer NICs
 
         def a2a(nbytes):
-            return np.where(crosses, net.seconds("all_to_all", nbytes, u), nv.seconds("all_to_all", nbytes, u))
+            return np.where(crosses, net.seconds("all_to_all", k * nbytes, u), nv.seconds("all_to_all", nbytes, u))
 
         return np.where(u > 1, 2 * a2a(q_bytes) + 2 * a2a(kv_bytes), 0.0)
 

@@ -257,3 +257,15 @@ def test_closed_form_for_contiguous_groups_equals_the_general_rule():
                 b = group_crossings(job, s, size, u, first, members, owner)
                 np.testing.assert_array_equal(a[0], b[0])
                 np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_a_ulysses_all_to_all_across_nodes_shares_fewer_nics():
+    """The forced Ulysses group of 16 on H100 nodes (above) on nodes with 4 NICs for 8 GPUs: each all-to-all's
+    bytes go at half a NIC per GPU, 8.4 µs + 15 · 14 µs + 2 · bytes · 15/16 / 47 GB/s."""
+    gpu = resolve_gpu({"base": "h100", "nics_per_node": 4})
+    job = JobSpec(LLAMA2_7B, gpu, tp=1, pp=1, pool=16, context_len=131072)
+    gb = GroupBatch(np.array([131072]), np.array([0]), np.array([16]), np.array([16]), np.array([0]))
+    a2a = BASE + 15 * NET_HOP + 2 * 67108864 * 15 / 16 / 47e9
+    assert float(model(job).group_costs(gb).fwd_comm_s[0]) == pytest.approx(4 * a2a * 32, rel=1e-12)
+    a2a_one_nic = BASE + 15 * NET_HOP + 67108864 * 15 / 16 / 47e9
+    assert float(model(job, LEGACY).group_costs(gb).fwd_comm_s[0]) == pytest.approx(4 * a2a_one_nic * 32, rel=1e-12)
