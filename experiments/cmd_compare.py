@@ -33,6 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.report import compare_table
     from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
+    from dcpsim.sim.bound import BoundCache
 
     sc = scenario_from_args(args)
     specs = parse_policy_specs(args.policies) if args.policies else parse_policy_specs(",".join(sc.policies))
@@ -40,9 +41,10 @@ def run(args: argparse.Namespace) -> int:
     cost_model = sc.cost_model()
     batches = sc.batches()
     summaries = []
+    bounds = BoundCache()  # every policy sees the same batches: one bound per batch
     for spec in specs:
         bar = Progress(spec.label, len(batches), enabled=not (args.no_progress or args.json))
-        pr = run_policy(spec, batches, cost_model, sc.policy_options, progress=bar)
+        pr = run_policy(spec, batches, cost_model, sc.policy_options, progress=bar, bound_cache=bounds)
         summaries.append(pr.summary(timings=True))
         warn = memory_warning(summaries[-1])
         if warn:

@@ -16,6 +16,7 @@ from dcpsim.policies.registry import policy_options
 from dcpsim.policies.spec import PolicySpec, parse_policy_specs
 from dcpsim.sim.metric_spec import aggregate, without_wall_clock
 from dcpsim.sim.metrics import METRIC_NAMES, Metrics
+from dcpsim.sim.bound import BoundCache
 from dcpsim.sim.simulate import IterationResult, simulate_plan
 
 __all__ = ["PolicyRun", "PolicySpec", "RunSummary", "build_policy", "memory_warning", "parse_policy_specs",
@@ -85,8 +86,10 @@ def memory_warning(summary: RunSummary) -> str | None:
 
 def run_policy(spec: PolicySpec, batches: Sequence[Any], cost_model: CostModel,
                common: dict[str, Any] | None = None,
-               progress: Callable[[int], None] | None = None) -> PolicyRun:
-    """Plan every batch with the policy (timing the planning), validate each plan, simulate it."""
+               progress: Callable[[int], None] | None = None,
+               bound_cache: BoundCache | None = None) -> PolicyRun:
+    """Plan every batch with the policy (timing the planning), validate each plan, simulate it (``bound_cache``:
+    share the batches' lower bounds between the policies of one comparison)."""
     policy = build_policy(spec, common)
     job = cost_model.job
     budget = cost_model.max_tokens_per_rank()
@@ -101,7 +104,7 @@ def run_policy(spec: PolicySpec, batches: Sequence[Any], cost_model: CostModel,
         limit = budget if plan.meta.get("memory_checked", True) else None
         validate_plan(plan, batch, max_tokens_per_rank=limit,
                       kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank)
-        out.append(simulate_plan(plan, batch, cost_model, scheduling_time_s=sched))
+        out.append(simulate_plan(plan, batch, cost_model, scheduling_time_s=sched, bound_cache=bound_cache))
         if progress:
             progress(i + 1)
     return PolicyRun(spec, tuple(out), job.num_gpus, job.gpu.hbm_gb * 1e9 / (1 << 30))

@@ -55,6 +55,24 @@ class Bound:
                 "memory_budget": self.memory_budget}
 
 
+class BoundCache:
+    """Bounds already computed, for callers that simulate several plans of the same batches with one cost
+    model (``dcpsim compare``: every policy sees the same batches). Owned and passed by the caller; keyed by
+    the lengths, the cost model's repr (its frozen fields), the stage count and the budget."""
+
+    def __init__(self) -> None:
+        self._store: dict[tuple, Bound] = {}
+
+    def get(self, lengths: np.ndarray, cost_model: CostModel, num_stages: int,
+            max_tokens_per_rank: float | None) -> Bound:
+        L = np.asarray(lengths, dtype=np.int64)
+        key = (L.tobytes(), repr(cost_model), int(num_stages), max_tokens_per_rank)
+        if key not in self._store:
+            self._store[key] = iteration_bound(L, cost_model, num_stages=num_stages,
+                                               max_tokens_per_rank=max_tokens_per_rank)
+        return self._store[key]
+
+
 def ulysses_options(job) -> list[int]:
     """Every Ulysses degree u the validator accepts: u divides both the KV heads and the heads per rank."""
     kv, h = int(job.kv_heads_per_rank), int(job.heads_per_rank)

@@ -11,7 +11,7 @@ import numpy as np
 from dcpsim.cost_models.base import CostModel
 from dcpsim.policies.pipeline_order import one_f_one_b_position
 from dcpsim.policies.plan import Plan
-from dcpsim.sim.bound import MEMORY_SLACK, Bound, iteration_bound
+from dcpsim.sim.bound import MEMORY_SLACK, Bound, BoundCache, iteration_bound
 from dcpsim.sim.engine import OpTimes, execute
 from dcpsim.sim.flatten import FlatPlan, flatten
 from dcpsim.sim.metrics import Metrics, compute_metrics
@@ -117,7 +117,8 @@ def peak_tokens_in_flight(fp: FlatPlan, p: int) -> np.ndarray:
 
 
 def simulate_plan(plan: Plan, batch: GlobalBatch, cost_model: CostModel, *, num_stages: int | None = None,
-                  slowdown: Mapping[int, float] | None = None, scheduling_time_s: float = 0.0) -> IterationResult:
+                  slowdown: Mapping[int, float] | None = None, scheduling_time_s: float = 0.0,
+                  bound_cache: BoundCache | None = None) -> IterationResult:
     """Simulate one iteration of ``plan`` over ``batch`` with ``cost_model``.
 
     ``slowdown`` maps pool ranks to compute slow-down factors (stragglers); a CP group runs at its slowest
@@ -136,11 +137,12 @@ def simulate_plan(plan: Plan, batch: GlobalBatch, cost_model: CostModel, *, num_
         tl, tokens=int(lengths.sum()), model_flops=cost_model.model_flops(lengths), num_gpus=job.num_gpus,
         peak_tflops=job.gpu.peak_bf16_tflops, peak_memory_gib=peak_gb * 1e9 / GIB,
         num_microbatches=plan.num_microbatches, scheduling_time_s=scheduling_time_s,
-        bound_s=plan_bound(fp, lengths, cost_model, p).bound_s)
+        bound_s=plan_bound(fp, lengths, cost_model, p, bound_cache).bound_s)
     return IterationResult(plan, tl, metrics, ot.events)
 
 
-def plan_bound(fp: FlatPlan, lengths: np.ndarray, cost_model: CostModel, num_stages: int) -> Bound:
+def plan_bound(fp: FlatPlan, lengths: np.ndarray, cost_model: CostModel, num_stages: int,
+               cache: BoundCache | None = None) -> Bound:
     """The lower bound (sim.bound) that applies to this plan: under the cost model's memory budget when the
     plan honours it (checked here, not taken from the plan's metadata), else without a memory constraint."""
     budget = cost_model.max_tokens_per_rank()
@@ -148,5 +150,7 @@ def plan_bound(fp: FlatPlan, lengths: np.ndarray, cost_model: CostModel, num_sta
     tpr = fp.groups.tokens_per_rank()
     np.add.at(per_rank, (fp.group_mb[fp.member_group], fp.member_rank), tpr[fp.member_group])
     honours = float(per_rank.max(initial=0.0)) <= budget * (1 + MEMORY_SLACK)
-    return iteration_bound(lengths, cost_model, num_stages=num_stages,
-                           max_tokens_per_rank=budget if honours else None)
+    limit = budget if honours else None
+    if cache is not None:
+        return cache.get(lengths, cost_model, num_stages, limit)
+    return iteration_bound(lengths, cost_model, num_stages=num_stages, max_tokens_per_rank=limit)

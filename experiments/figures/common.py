@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from dcpsim.experiments.runner import PolicySpec, parse_policy_specs, run_policy
 from dcpsim.experiments.scenario import Scenario
+from dcpsim.sim.bound import BoundCache
 from dcpsim.sim.metrics import METRIC_NAMES
 from dcpsim.sim.simulate import IterationResult
 
@@ -61,6 +62,7 @@ class FigureContext:
     quick: bool = False
     stream: TextIO | None = None
     _cache: dict[tuple[str, str], IterationResult | Exception] = field(default_factory=dict)
+    _bounds: BoundCache = field(default_factory=BoundCache)  # one lower bound per (batch, cost model)
     _t0: float = field(default_factory=time.perf_counter)
 
     def log(self, msg: str) -> None:
@@ -79,7 +81,7 @@ class FigureContext:
         if key not in self._cache:
             t0 = time.perf_counter()
             try:
-                pr = run_policy(spec, sc.batches(), sc.cost_model(), sc.policy_options)
+                pr = run_policy(spec, sc.batches(), sc.cost_model(), sc.policy_options, bound_cache=self._bounds)
                 self._cache[key] = pr.iterations[0]
                 self.log(f"  {sc.name} {spec.label}: {time.perf_counter() - t0:.1f}s")
             except Exception as e:  # noqa: BLE001 — a failed point is a gap in the figure, not a failed command

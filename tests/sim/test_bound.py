@@ -78,3 +78,13 @@ def test_engine_sync_end_is_the_reported_iteration_time() -> None:
                                  [CPGroup((0,), (1,), Engine()), CPGroup((1,), (2,), Engine())]])
     T = simulate_plan(plan, batch, cm).metrics.iteration_time_s
     assert float(execute(flatten(plan, batch), cm, 2).sync_end.max()) == T
+
+
+def test_bound_cache_returns_the_same_bound_once_computed() -> None:
+    from dcpsim.sim.bound import BoundCache
+    cache = BoundCache()
+    cm = _cm(pool=2)
+    a = cache.get(np.array([800, 800]), cm, 1, 1000)
+    assert a == iteration_bound(np.array([800, 800]), cm)
+    assert cache.get(np.array([800, 800]), _cm(pool=2), 1, 1000) is a  # an equal cost model: a hit
+    assert cache.get(np.array([800, 801]), cm, 1, 1000) is not a
