@@ -44,7 +44,7 @@ def profile_worker(rank: int, world: int, job: dict[str, Any]) -> None:
     from dcpsim.real_runtime.launch import local_device
     from dcpsim.real_runtime.profile_timing import describe, mean_over_processes
     from dcpsim.real_runtime.profiler import layer_burst, profile_compute, write_rows
-    from dcpsim.real_runtime.profiler_comm import profile_collectives
+    from dcpsim.real_runtime.profiler_comm import profile_collectives, profile_ring
 
     settings = ProfileSettings.from_dict(job["settings"])
     device = local_device(job["device"], int(job.get("local_rank", rank)))
@@ -70,6 +70,7 @@ def profile_worker(rank: int, world: int, job: dict[str, Any]) -> None:
         burst = layer_burst(spec, sorted(settings.layer_tokens)[len(settings.layer_tokens) // 2], device, dtype,
                             attention) if together else None
         rows += profile_collectives(settings.collective_bytes, device, dtype, settings, source, burst=burst)
+        rows += profile_ring(spec, settings.layer_tokens, device, dtype, settings, source, attention)
     if rank == 0:
         write_rows(rows, job["out"])
 

@@ -1,4 +1,5 @@
-"""Collective profiles: ``send_recv``, ``all_to_all``, ``all_gather``, ``reduce_scatter``, ``all_reduce``.
+"""Collective profiles: ``send_recv``, ``all_to_all``, ``all_gather``, ``reduce_scatter``, ``all_reduce``, and
+one layer's ring CP attention (``ring_fwd``, ``ring_bwd``: :func:`profile_ring`).
 
 Rows follow the profile-table schema (:mod:`cost_models.profile_table`): ``bytes`` as nccl-tests counts them
 (the total buffer: all_gather's output, reduce_scatter's input, the all-to-all's per-rank buffer, the
@@ -37,6 +38,7 @@ from dcpsim.real_runtime.profiler import ProfileSettings, device_name, profile_r
 from dcpsim.real_runtime.timing import Clock
 
 COLLECTIVE_OPS = ("send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce")
+RING_OPS = ("ring_fwd", "ring_bwd")
 CP_OPS = ("send_recv", "all_to_all")
 """Collectives a CP group runs between compute steps (the others sync gradients once all ranks are ready)."""
 CONCURRENT_MIN_CALLS = 6
@@ -95,6 +97,57 @@ def _times(call: Callable[[], Any], clock: Clock, n: int, warmup: int, before: C
         if i >= warmup:
             times.append(dt)
     return times
+
+
+def profile_ring(spec: Any, tokens: Sequence[int], device: torch.device, dtype: torch.dtype,
+                 settings: ProfileSettings, source: str = "", attention: str = "auto") -> list[dict[str, Any]]:
+    """One layer's ring CP attention (``ring_fwd``, ``ring_bwd``: the rows cost_models.fitting turns into the
+    fixed per-ring-step cost) on the aligned group 0..g-1 of every power-of-two size g ≥ 2: one causal
+    document of n tokens with the model's heads, each member holding its dual-chunk shard; forward alone and
+    backward alone, the median of ``repeats`` calls, each after a barrier of the group; rank 0 reports.
+    Collective over the world; the other processes wait."""
+    from dcpsim.real_runtime.attention import DualChunkLayout, cp_attention, new_cp_comm, resolve_backend
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    hosts: list[Any] = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    clock, dev = Clock(device), device_name(device)
+    rows: list[dict[str, Any]] = []
+    for g in group_sizes(world):
+        comm = new_cp_comm(list(range(g)))  # collective over the world, as every new_group
+        pg = dist.new_group(list(range(g)))
+        if comm is None:
+            continue
+        link = "nvlink" if len(set(hosts[:g])) == 1 else "network"
+        for n in tokens:
+            layout = DualChunkLayout.build([n], g)
+            gen = torch.Generator().manual_seed(n)
+            full = [torch.randn(layout.total_tokens, h, spec.head_dim, generator=gen).to(device, dtype)
+                    for h in (spec.heads, spec.kv_heads, spec.kv_heads)]
+            q, k, v = (layout.shard(t, comm.rank) for t in full)
+            kernel = resolve_backend(attention, q)
+            dout = torch.ones_like(q)
+
+            def fwd(q=q, k=k, v=v, layout=layout, kernel=kernel):
+                with torch.no_grad():
+                    cp_attention(q, k, v, layout, comm, backend=kernel)
+
+            def bwd(q=q, k=k, v=v, layout=layout, kernel=kernel, dout=dout):
+                qs, ks, vs = (t.detach().requires_grad_() for t in (q, k, v))
+                out = cp_attention(qs, ks, vs, layout, comm, backend=kernel)
+                dist.barrier(group=pg)
+                t0 = clock.now()
+                out.backward(dout)
+                return clock.now() - t0
+
+            barrier = partial(dist.barrier, group=pg)
+            t_fwd = statistics.median(_times(fwd, clock, settings.repeats, settings.warmup, barrier))
+            t_bwd = statistics.median([bwd() for _ in range(settings.warmup + settings.repeats)][settings.warmup:])
+            for op, sec in (("ring_fwd", t_fwd), ("ring_bwd", t_bwd)):
+                rows.append(profile_row(op, dev, source, kernel=kernel.name, tokens=n, heads=spec.heads,
+                                        kv_heads=spec.kv_heads, head_dim=spec.head_dim, group_size=g, link=link,
+                                        seconds=max(sec, 1e-9)))
+    return rows if rank == 0 else []
 
 
 def profile_collectives(sizes: Sequence[int], device: torch.device, dtype: torch.dtype, settings: ProfileSettings,

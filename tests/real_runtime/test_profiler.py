@@ -66,8 +66,13 @@ def test_two_processes_in_either_layout(tmp_path, layout):
     assert set(coll.op) == {"send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce"}
     assert (coll.group_size == 2).all() and (coll.link == "nvlink").all() and (coll.seconds > 0).all()
     assert set(coll.bytes) == {1 << 12, 1 << 16}
-    compute = df[df.op.isin(COMPUTE_OPS)]
+    ring = df[df.op.isin(["ring_fwd", "ring_bwd"])]  # one layer's ring attention, for the per-step cost
+    assert len(ring) == 2 * len(TINY.layer_tokens) and (ring.group_size == 2).all() and (ring.seconds > 0).all()
+    assert set(ring.tokens) == set(TINY.layer_tokens) and (ring.link == "nvlink").all()
+    compute = df[df.op.isin(COMPUTE_OPS) & ~df.op.isin(["ring_fwd", "ring_bwd"])]
     assert len(compute) == len(linear_shapes(get_model("tiny"))) * 3 + 3 * 2 + 2 * 2 and (compute.seconds > 0).all()
+    cal, report = fit_calibration(ring, published_calibration(get_gpu("h100")), "two-process")
+    assert report.term("ring_step_overhead_fwd_s").how == "fitted" and cal.ring_step_overhead_fwd_s >= 0
     expect = ("compute timed concurrently on 2 processes, mean of >= 5 ms of calls, averaged over processes"
               if layout == "concurrent" else "compute timed on 1 process alone, mean of >= 5 ms of calls")
     assert set(df.source) == {f"real_runtime.profiler (gloo, float32, 2 process(es); {expect})"}
