@@ -263,7 +263,7 @@ class FlexSP:
             idx = np.asarray(queue.pop(0), dtype=np.int64)
             keep = [b for b, (_, j) in enumerate(blocks) if j < len(idx)]  # never more groups than sequences
             sub = BlockTimes([blocks[b] for b in keep], [bt_all.engines[b] for b in keep], bt_all.fixed[keep],
-                             bt_all.seq[np.ix_(idx, keep)])
+                             bt_all.seq[np.ix_(idx, np.asarray(keep, dtype=np.int64))])
             g = greedy(sub, L[idx], M, W)
             left = deadline - time.perf_counter()
             s = (solve_milp(sub, L[idx].astype(np.float64), M, W, self.node_limit, min(self.time_limit_s, left))
