@@ -13,9 +13,10 @@ No valid plan of a batch, whatever policy made it, finishes an iteration of :fun
   to 0, with the PP transfers between, then stage 0 syncs: the longest such chain over the sequences, each at
   its best degree and engine.
 
-Valid for any cost model whose *compute* is, per group of degree c with Ulysses degree u, a sum of
-non-negative per-sequence terms (depending on L, c, u, the stage only) plus a group term that is at least an
-empty group's compute; communication enters only as ≥ 0, PP transfers only as non-decreasing in tokens.
+Valid for any cost model whose *compute plus TP communication* is, per group of degree c with Ulysses
+degree u, a sum of non-negative per-sequence terms (depending on L, c, u, the stage only) plus a group term
+that is at least an empty group's; CP communication enters only as ≥ 0, PP transfers only as non-decreasing
+in tokens.
 Both shipped models are such (docs/bound.md); ``tests/sim/test_bound_properties.py`` checks the bound
 against random valid plans and every policy.
 
@@ -81,7 +82,8 @@ def ulysses_options(job) -> list[int]:
 
 def _compute(cost_model: CostModel, stage: int, lengths: np.ndarray, size: np.ndarray, u: np.ndarray,
              empty: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Per-rank forward and backward compute of singleton groups (or empty groups when ``empty``)."""
+    """Per-rank forward and backward compute + TP communication of singleton groups (or empty groups when
+    ``empty``): the part of an operation that assumption C covers (docs/bound.md)."""
     G = len(size)
     if empty:
         seq_len, seq_group = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -90,8 +92,8 @@ def _compute(cost_model: CostModel, stage: int, lengths: np.ndarray, size: np.nd
     gb = GroupBatch(seq_len=seq_len, seq_group=seq_group, size=size.astype(np.int64), ulysses=u.astype(np.int64),
                     first_rank=np.zeros(G, dtype=np.int64))
     c = cost_model.group_costs(gb, stage)
-    f = np.broadcast_to(np.asarray(c.fwd_compute_s, dtype=np.float64), (G,))
-    b = np.broadcast_to(np.asarray(c.bwd_compute_s, dtype=np.float64), (G,))
+    f = np.broadcast_to(np.asarray(c.fwd_compute_s + c.fwd_tp_comm_s, dtype=np.float64), (G,))
+    b = np.broadcast_to(np.asarray(c.bwd_compute_s + c.bwd_tp_comm_s, dtype=np.float64), (G,))
     return f, b
 
 

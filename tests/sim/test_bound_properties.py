@@ -151,9 +151,9 @@ def test_flexsp_milp_plans_never_beat_the_bound(layout, n, seed) -> None:
 @settings(max_examples=200, deadline=None)
 @given(layout=layouts(), seed=st.integers(0, 2**31 - 1), stage=st.integers(0, 3))
 def test_compute_decomposes_as_the_proof_assumes(layout, seed, stage) -> None:
-    """Assumption C: a group's forward and backward compute ≥ Σ over its sequences of (alone − 1-token probe)
-    + an empty group's compute, and ≥ any one of its sequences alone (so compute never falls as sequences
-    join). Checked on random groups of the shipped cost models."""
+    """Assumption C: a group's forward and backward compute + TP communication ≥ Σ over its sequences of
+    (alone − 1-token probe) + an empty group's, and ≥ any one of its sequences alone (so it never falls as
+    sequences join). Checked on random groups of the shipped cost models."""
     job, cm = layout
     s = stage % job.pp
     rng = np.random.default_rng(seed)
@@ -167,7 +167,9 @@ def test_compute_decomposes_as_the_proof_assumes(layout, seed, stage) -> None:
         gb = GroupBatch(np.asarray(lens, dtype=np.int64), np.zeros(len(lens), dtype=np.int64),
                         np.array([size] * G), np.array([u] * G), np.zeros(G, dtype=np.int64))
         k = cm.group_costs(gb, s)
-        return float(np.asarray(k.fwd_compute_s)[0]), float(np.asarray(k.bwd_compute_s)[0])
+        f = np.broadcast_to(np.asarray(k.fwd_compute_s + k.fwd_tp_comm_s), (1,))
+        b = np.broadcast_to(np.asarray(k.bwd_compute_s + k.bwd_tp_comm_s), (1,))
+        return float(f[0]), float(b[0])
 
     whole = comp(L)
     eps, empty = comp([1]), comp([])
