@@ -84,7 +84,7 @@ def build_target_model(grid: WorkGrid) -> TargetModel:
     # rank-seconds: the work, plus what each group above the smallest degree adds to its ranks' slots beyond
     # the slot overhead ō (more ring steps: their fixed costs and latencies), one group per sequence there
     count = np.bincount(grid.cell, minlength=G).astype(np.float64)
-    extra = np.maximum(grid.overhead - grid.overhead[:, :1], 0.0)
+    extra = np.maximum(grid.overhead - grid.overhead[:, :1], 0.0) * float(grid.extra_overhead)
     rw = R[:, None] * grid.degrees[None, :] * grid.work + count[:, None] * grid.degrees[None, :] * extra
     same = rows[1:] == rows[:-1]
     # Event at τ = share of record q: the cell drops from record q+1's degree to record q's.

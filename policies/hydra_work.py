@@ -149,6 +149,9 @@ class WorkGrid:
     fits: np.ndarray  # [G, K] bool
     cell: np.ndarray  # [n] grid index of each sequence
     scale: np.ndarray  # [n]
+    # charge a group above the smallest degree its extra overhead in the target (hydra_target): on when the
+    # cost model prices fixed costs (CostTerms.fixed_costs), off for the first version's model (legacy plans)
+    extra_overhead: bool = True
 
 
 def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: JobSpec,
@@ -184,7 +187,9 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
     with np.errstate(divide="ignore", invalid="ignore"):
         expo = np.where(cell > 0, np.log(w0[cell] / w0[prev]) / np.log(grid[cell] / grid[prev]), 1.0)
     scale = (lengths / grid[cell]) ** np.nan_to_num(expo, nan=1.0)
-    return WorkGrid(grid, degrees, best_u, best_o, best_w, fits, cell, scale)
+    terms = getattr(cost_model, "terms", None)
+    return WorkGrid(grid, degrees, best_u, best_o, best_w, fits, cell, scale,
+                    extra_overhead=bool(getattr(terms, "fixed_costs", True)))
 
 
 # ---- the load of a finished plan ---------------------------------------------------------------------------
