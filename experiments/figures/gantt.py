@@ -29,6 +29,7 @@ CATEGORIES = {  # category → (legend label, colour)
     "B": ("backward compute", "#55a868"),
     "cp": ("CP comm (exposed)", "#c44e52"),
     "pp": ("PP wait (exposed transfer)", "#8172b2"),
+    "tp": ("TP comm (exposed)", "#dd8452"),
     "dp_wait": ("DP wait", "#e6b800"),
     "dp": ("gradient sync", "#222222"),
     "opt": ("optimizer step", "#8c564b"),
@@ -40,8 +41,8 @@ def categorise(frame: pd.DataFrame) -> np.ndarray:
     """The category (a key of :data:`CATEGORIES`) of every timeline row."""
     kind, comm, phase = frame["kind"].to_numpy(), frame["comm"].to_numpy(), frame["phase"].to_numpy()
     return np.select([(kind == "compute") & (phase == "F"), (kind == "compute") & (phase == "B"),
-                      kind == "compute", kind == "idle", comm == "cp", comm == "pp", comm == "dp"],
-                     ["F", "B", "opt", "dp_wait", "cp", "pp", "dp"], default="opt")
+                      kind == "compute", kind == "idle", comm == "cp", comm == "pp", comm == "dp", comm == "tp"],
+                     ["F", "B", "opt", "dp_wait", "cp", "pp", "dp", "tp"], default="opt")
 
 
 def shown_ranks(pool: int, k: int) -> np.ndarray:
