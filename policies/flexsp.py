@@ -25,10 +25,11 @@ minus f_b (exact for compute, which is affine in the group's sequences; the ring
 approximated as additive).
 
 Each sequence may use ``sizes_per_sequence`` size classes: the smallest power of two that holds it in memory
-and the next doublings. HiGHS (scipy.optimize.milp) stops after ``node_limit`` branch-and-bound nodes or
-``time_limit_s`` seconds per microbatch, and no MILP starts once ``total_time_limit_s`` is spent on the batch
-(the rest keep the greedy). Where a time limit binds, the plan depends on the machine's speed: the policy is
-deterministic only while the node limit is what stops the solver. A
+and the next doublings. A microbatch whose program has more than ``max_milp_vars`` binary variables keeps
+its greedy solution (deterministic, so planning stays bounded by the instance size, not the clock). HiGHS
+(scipy.optimize.milp) stops after ``node_limit`` branch-and-bound nodes — deterministic — or, as a safety
+net, ``time_limit_s`` seconds per microbatch; ``total_time_limit_s`` (off by default) stops starting MILPs
+once that much is spent on the batch. Where a time limit binds, the plan depends on the machine's speed. A
 greedy solution (largest sequence first, into the option that leaves the smallest load: an open block with
 memory room or a new group while the pool has ranks; if that strands a sequence, everything in one group of
 the largest size) is computed first, and kept when the solver finds no better one. A microbatch the greedy
@@ -224,8 +225,9 @@ class FlexSP:
 
     num_microbatches: int | None = option(None, ge=1)
     node_limit: int = option(20, ge=1)
-    time_limit_s: float = option(1.0, gt=0.0)
-    total_time_limit_s: float = option(30.0, gt=0.0)
+    time_limit_s: float = option(10.0, gt=0.0)
+    total_time_limit_s: float | None = option(None, gt=0.0)
+    max_milp_vars: int = option(4000, ge=1)
     sizes_per_sequence: int = option(3, ge=1)
     cp_engine: str = option("hybrid", choices=ENGINE_CHOICES)
     name: ClassVar[str]  # set by @register_policy
@@ -258,7 +260,7 @@ class FlexSP:
             room[k] -= L[i]
         queue = [sorted(mb) for mb in members if mb]
         mbs, solved, fell_back = [], 0, 0
-        deadline = time.perf_counter() + self.total_time_limit_s
+        deadline = time.perf_counter() + (self.total_time_limit_s or math.inf)
         while queue:
             idx = np.asarray(queue.pop(0), dtype=np.int64)
             keep = [b for b, (_, j) in enumerate(blocks) if j < len(idx)]  # never more groups than sequences
@@ -266,8 +268,9 @@ class FlexSP:
                              bt_all.seq[np.ix_(idx, np.asarray(keep, dtype=np.int64))])
             g = greedy(sub, L[idx], M, W)
             left = deadline - time.perf_counter()
+            small = int(np.isfinite(sub.seq).sum()) + len(sub.blocks) <= self.max_milp_vars
             s = (solve_milp(sub, L[idx].astype(np.float64), M, W, self.node_limit, min(self.time_limit_s, left))
-                 if left > 0 else None)
+                 if left > 0 and small else None)
             if s is not None and (g is None or s[0] < g[0] * (1 - 1e-9)):
                 best, solved = s, solved + 1
             elif g is not None:
