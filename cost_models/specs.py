@@ -7,8 +7,13 @@ A *rank* of the simulator is one tensor-parallel group of ``tp`` GPUs: TP is fol
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from dcpsim.cost_models.errors import SpecError
+from dcpsim.cost_models.stragglers import NO_STRAGGLERS, Stragglers
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 MLP_MATRICES = {"swiglu": 3, "gelu": 2}  # weight matrices of one MLP (gate, up, down / up, down)
@@ -258,6 +263,8 @@ class JobSpec:
     # Attention kernels priced (cost_models.attention_backends): fa2, fa3, cudnn; None = what Megatron-Core with
     # TransformerEngine picks on the GPU (cudnn on Hopper and newer).
     attention_backend: str | None = None
+    # Per-slot compute slow-down factors ≥ 1 (cost_models.stragglers); the default: every rank at full speed.
+    stragglers: Stragglers = NO_STRAGGLERS
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens", "ep"):
@@ -287,6 +294,13 @@ class JobSpec:
         if self.max_tokens_per_rank is not None:
             _require(self.max_tokens_per_rank >= 1, "job.max_tokens_per_rank", self.max_tokens_per_rank,
                      "a positive integer")
+        _require(isinstance(self.stragglers, Stragglers), "job.stragglers", self.stragglers,
+                 "a cost_models.stragglers.Stragglers")
+        self.stragglers.check(self.pp, self.pool, self.tp, "job.stragglers")
+
+    def slowdown(self) -> np.ndarray:
+        """[pp, pool] each (stage, pool rank)'s compute slow-down factor ≥ 1 (all ones without stragglers)."""
+        return self.stragglers.factors(self.pp, self.pool, self.tp)
 
     @property
     def num_gpus(self) -> int:

@@ -72,6 +72,13 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="attention kernels to price (default: TransformerEngine's pick on the GPU: cudnn on "
                         "Hopper; docs/cost_model.md)")
     g.add_argument("--cp-degree", type=positive_int, help="fixed CP degree of static-cp (default: smallest that fits)")
+    g.add_argument("--slow-ranks", metavar="W=F,...",
+                   help="stragglers: compute slow-down factors F ≥ 1 of pool rank W at every stage (W=F), of one "
+                        "stage's rank (sSrW=F) or of the rank holding global GPU N (gpuN=F), e.g. '3=1.3,s2r17=1.5' "
+                        "(docs/experiments.md, 'What-if: stragglers')")
+    g.add_argument("--stragglers", metavar="SPEC",
+                   help="random stragglers: 'fraction=X,slowdown=DIST,seed=N', DIST one of fixed:F, uniform:A:B, "
+                        "lognormal:M:S (median M), e.g. 'fraction=0.05,slowdown=lognormal:1.3:0.5,seed=1'")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     o.add_argument("--timings", action="store_true",
@@ -88,7 +95,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in
                                ("model", "gpu", "tp", "pp", "pool", "context_len", "global_batch_tokens", "trace",
                                 "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap", "attention_backend", "ep",
-                                "moe_recompute", "global_batch_seqs")}
+                                "moe_recompute", "global_batch_seqs", "slow_ranks", "stragglers")}
     changes["max_tokens_per_rank"] = getattr(args, "max_seqlen_per_rank", None)
     if getattr(args, "gpu", None):
         changes["gpu_spec"] = {}  # --gpu replaces a scenario's [gpu] table

@@ -12,6 +12,7 @@ from dcpsim.cost_models import AnalyticCostModel, Calibration, CostTerms, JobSpe
 from dcpsim.cost_models.errors import SpecError
 from dcpsim.cost_models.gpu_files import resolve_gpu
 from dcpsim.cost_models.specs import GPUSpec
+from dcpsim.cost_models.stragglers import Stragglers
 
 DEFAULT_POLICIES = ("static-cp", "mcore-dcp", "hydra")
 
@@ -47,6 +48,8 @@ class Scenario:
     ep: int = 1  # expert-parallel degree of a MoE model, carved from the pool (cost_models.moe)
     moe_recompute: bool = True  # MoE layers recompute router + experts in the backward (cost_models.moe)
     global_batch_seqs: int = 0  # > 0: global batches of this many sequences (the token budget is then unused)
+    slow_ranks: str = ""  # stragglers by name: '3=1.3,s2r5=1.5,gpu17=2' (cost_models.stragglers); '' = none
+    stragglers: str = ""  # random stragglers: 'fraction=0.05,slowdown=lognormal:1.3:0.5,seed=1'; '' = none
     policy_options: dict[str, Any] = field(default_factory=dict)  # options passed to every policy that takes them
 
     @property
@@ -70,7 +73,12 @@ class Scenario:
         return JobSpec(model=get_model(self.model), gpu=self.gpu_object(), tp=self.tp, pp=self.pp, pool=self.pool,
                        context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
                        memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank,
-                       tp_comm_overlap=self.tp_comm_overlap, attention_backend=self.attention_backend, ep=self.ep, moe_recompute=self.moe_recompute)
+                       tp_comm_overlap=self.tp_comm_overlap, attention_backend=self.attention_backend, ep=self.ep, moe_recompute=self.moe_recompute,
+                       stragglers=self.straggler_spec())
+
+    def straggler_spec(self) -> Stragglers:
+        """The stragglers named by ``slow_ranks`` and ``stragglers`` (cost_models.stragglers)."""
+        return Stragglers.parse(self.slow_ranks, self.stragglers, slow_what="slow_ranks", random_what="stragglers")
 
     def gpu_object(self) -> GPUSpec:
         """The GPU: the ``[gpu]`` table when there is one, else the preset or file named by ``gpu``."""

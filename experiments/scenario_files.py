@@ -15,7 +15,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from dcpsim.cost_models.errors import SpecError
 from dcpsim.cost_models.gpu_files import gpu_from_mapping
+from dcpsim.cost_models.stragglers import Stragglers
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.scenario import DEFAULT_SCENARIO, Scenario
 from dcpsim.policies.errors import PolicyError
@@ -94,6 +96,11 @@ def scenario_from_mapping(d: dict[str, Any], origin: str) -> Scenario:
                 v = FIELD_TYPES[k].parse(v)  # type: ignore[union-attr]  # not None: tested above
             except ValueError as e:
                 raise ScenarioError(f"{origin}: {k} = {v!r} is invalid: {e}") from None
+            if k in ("slow_ranks", "stragglers"):  # their syntax, checked here (ranges: by the job)
+                try:
+                    Stragglers.parse(**{k: v}, slow_what=k, random_what=k)  # type: ignore[arg-type]
+                except SpecError as e:
+                    raise ScenarioError(f"{origin}: {e}") from None
         elif not isinstance(v, type(default)):
             raise ScenarioError(f"{origin}: {k} = {v!r} should be of type {type(default).__name__}")
         changes[k] = v

@@ -4,9 +4,9 @@ Semantics (DESIGN §6). Every pool rank of every stage runs its microbatches in 
 skipping microbatches it takes no part in. A CP group's forward (backward) at a stage is one operation of all
 its members: it starts when every member has finished its previous operation on that stage *and* the
 microbatch's activations (gradients) have arrived from the previous (next) stage, the transfer taking
-``pp_transfer_s`` after the producer ends. It lasts the group's compute plus its exposed CP communication,
-times the slowest member's slow-down factor. After its last backward, each stage's pool waits for its slowest
-rank (the DP wait), then runs the gradient sync and the optimizer step; the iteration ends when every stage is
+``pp_transfer_s`` after the producer ends. It lasts the group's compute, times its slowest member's slow-down
+factor at that stage (the job's stragglers, cost_models.stragglers, and the ``slowdown`` argument), plus its
+exposed CP communication. After its last backward, each stage's pool waits for its slowest rank (the DP wait), then runs the gradient sync and the optimizer step; the iteration ends when every stage is
 done.
 
 Event order: simpy's queue orders events by the key (time, priority, event id); every event here has the
@@ -71,13 +71,17 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
             if G:
                 sent = np.broadcast_to(cost_model.pp_transfer_s(member_tpr, s, fp.member_rank), member_tpr.shape)
                 xfer[s] = np.maximum.reduceat(sent, member_start)
-    if slowdown:
-        factor = np.ones(fp.pool)
-        for r, f in slowdown.items():
-            factor[int(r)] = float(f)
-        g_factor = np.zeros(G)
-        np.maximum.at(g_factor, fp.member_group, factor[fp.member_rank])
-        compute *= g_factor[None, :, None]
+    job = cost_model.job
+    if slowdown or job.stragglers:
+        # [p, W] each slot's factor: the job's stragglers (cost_models.stragglers), and ``slowdown`` (pool rank →
+        # factor at every stage) on top; a group's compute at stage s runs at its slowest member's pace there.
+        factor = job.stragglers.factors(p, fp.pool, job.tp) if job.stragglers else np.ones((p, fp.pool))
+        for r, f in (slowdown or {}).items():
+            factor[:, int(r)] = np.maximum(factor[:, int(r)], float(f))
+        g_factor = np.zeros((p, G))
+        for s in range(p):
+            np.maximum.at(g_factor[s], fp.member_group, factor[s, fp.member_rank])
+        compute *= g_factor[:, :, None]
     return compute, comm, xfer, tp
 
 
