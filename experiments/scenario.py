@@ -78,7 +78,9 @@ class Scenario:
 
     def straggler_spec(self) -> Stragglers:
         """The stragglers named by ``slow_ranks`` and ``stragglers`` (cost_models.stragglers)."""
-        return Stragglers.parse(self.slow_ranks, self.stragglers, slow_what="slow_ranks", random_what="stragglers")
+        spec = Stragglers.parse(self.slow_ranks, self.stragglers, slow_what="slow_ranks", random_what="stragglers")
+        spec.check(self.pp, self.pool, self.tp, "slow_ranks")  # the explicit ones are what can be out of range
+        return spec
 
     def gpu_object(self) -> GPUSpec:
         """The GPU: the ``[gpu]`` table when there is one, else the preset or file named by ``gpu``."""

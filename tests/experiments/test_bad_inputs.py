@@ -40,6 +40,17 @@ CLI_CASES = [
      "argument --tp-comm-overlap: '1.5' is invalid: expected a number ≥ 0 and ≤ 1"),
     (["compare", "--cp-engine", "torus"], "argument --cp-engine: invalid choice: 'torus'"),
     (["compare", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    # stragglers (cost_models.stragglers); the default job is pool 16 x pp 4 x tp 1 = 64 GPUs
+    (["compare", "--slow-ranks", "16=1.3"], "slow_ranks: pool rank 16 is out of range: the pool has W = 16 ranks (0 .. 15)"),
+    (["compare", "--slow-ranks", "3=0.9"], "slow_ranks: '3=0.9': factor '0.9' is invalid: a slow-down factor ≥ 1"),
+    (["compare", "--slow-ranks", "s4r1=2"], "slow_ranks: stage 4 is out of range: the job has 4 pipeline stages (0 .. 3)"),
+    (["compare", "--slow-ranks", "gpu64=2"], "slow_ranks: gpu64 is out of range: the job has 64 GPUs (gpu0 .. gpu63)"),
+    (["compare", "--slow-ranks", "rank3=2"], "slow_ranks: 'rank3=2' is invalid: items are W=F (pool rank W at every stage)"),
+    (["compare", "--stragglers", "fraction=2"], "stragglers: fraction = 2.0 is invalid: a fraction of the ranks in [0, 1]"),
+    (["compare", "--stragglers", "frac=0.1"], "stragglers: 'frac=0.1' is invalid: keys are fraction, slowdown, seed"),
+    (["compare", "--stragglers", "slowdown=fixed:2"], "stragglers: 'slowdown=fixed:2' has no fraction"),
+    (["compare", "--stragglers", "fraction=0.1,slowdown=lognormal:0.5:1"],
+     "stragglers: slowdown = 'lognormal:0.5:1' is invalid: one of fixed:F, uniform:A:B, lognormal:M:S"),
     (["validate", "--nproc", "0"], "argument --nproc: 0 must be ≥ 1"),
     (["validate", "--timeout", "soon"], "argument --timeout: 'soon' is invalid: expected a number > 0"),
     (["validate", "--sigma", "-1"], "argument --sigma: '-1' is invalid: expected a number ≥ 0"),
@@ -62,6 +73,9 @@ SCENARIO_CASES = [
     # named with the first policy that takes the option (hydra and others do)
     ('[policy_options]\ntolerance = "high"\n', "option tolerance = 'high' is invalid: expected a number ≥ 0"),
     ("[policy_options]\nbogus = 1\n", "[policy_options] no policy has an option 'bogus'"),
+    ('slow_ranks = "3=abc"\n', "slow_ranks: '3=abc': factor 'abc' is invalid: a slow-down factor ≥ 1"),
+    ('stragglers = "fraction=0.1,slowdown=uniform:2:1"\n', "stragglers: slowdown = 'uniform:2:1' is invalid"),
+    ("slow_ranks = 3\n", "slow_ranks = 3 is invalid: expected a string"),
     ("colour = 1\n", "unknown key 'colour'; valid keys: "),
     ("pool = [\n", "not valid TOML"),
 ]
