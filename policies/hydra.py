@@ -36,14 +36,7 @@ from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra_order import balance_columns, best_order
 from dcpsim.policies.hydra_placement import Bin, Layout, place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, choose_target
-from dcpsim.policies.hydra_work import (
-    allowed_degrees,
-    build_grid,
-    engine_options,
-    group_overhead,
-    rank_loads,
-    sequence_work,
-)
+from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid, engine_options, rank_loads
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 
@@ -102,31 +95,32 @@ class HyDra:
                 f"holds: {int(D[-1])} ranks × {M} tokens per rank = {int(D[-1]) * M} (pool W = {W}, "
                 f"degrees = {self.degrees!r}, cp_engine = {self.cp_engine!r}); cut it or raise the budget")
 
-        grid = build_grid(lengths, D, self.cp_engine, job, cost_model, M)
+        pricer = Pricer(lengths, cost_model)
+        grid = build_grid(lengths, D, self.cp_engine, job, cost_model, M, pricer=pricer)
         tm = build_target_model(grid)
         choice = choose_target(grid, tm, W, job.pp, lengths, M, self.num_microbatches)
         tau = choice.tau
-        k_seq, u_seq, heavy = self._degrees(grid, tm, tau, lengths, kmin, cost_model)
+        k_seq, u_seq, heavy = self._degrees(grid, tm, tau, lengths, kmin, pricer)
         sizes = D[k_seq]
-        u_seq, shares, ovh = self._planning_engines(sizes, u_seq, heavy, lengths, tau, job, cost_model)
+        u_seq, shares, ovh = self._planning_engines(sizes, u_seq, heavy, lengths, tau, job, pricer)
         at_fill = np.flatnonzero((sizes == D[0]) & ~heavy)
         fill = (int(D[0]), int(u_seq[at_fill[0]]) if at_fill.size
                 else engine_options(int(D[0]), self.cp_engine, job)[0])
         if fill not in ovh:
-            ovh[fill] = float(group_overhead(np.array([fill[0]]), np.array([fill[1]]), cost_model)[0])
+            ovh[fill] = float(pricer.overhead(np.array([fill[0]]), np.array([fill[1]]))[0])
 
         def fill_work(pos: np.ndarray, size: int, u: int) -> np.ndarray:
-            n = len(pos)
-            return sequence_work(lengths[pos], np.full(n, size), np.full(n, u), cost_model)
+            return pricer.work(pos, size, u)
 
         layout = place(pool=W, budget=M, tau=tau, tol=self.tolerance, aligned=self.degrees == "pow2",
                        lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
-                       m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work)
-        engines = self._engines(layout.bins, lengths, job, cost_model)
+                       m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
+                       fill_lower=pricer.lower)
+        engines = self._engines(layout.bins, job, pricer)
         return self._assemble(W, job.pp, layout, engines, ids, M, tau, choice, int(heavy.sum()))
 
     # ---- step 3: degrees ------------------------------------------------------------------------------
-    def _degrees(self, grid, tm, tau: float, lengths: np.ndarray, kmin: np.ndarray, cost_model: CostModel):
+    def _degrees(self, grid, tm, tau: float, lengths: np.ndarray, kmin: np.ndarray, pricer: Pricer):
         """Degree index, engine and heavy flag of every sequence at target τ.
 
         The grid gives each sequence the degree of the grid point at or above its length (enough for it);
@@ -143,7 +137,7 @@ class HyDra:
         try_low = np.flatnonzero((lower < k) & ~heavy_cell[cell])
         if try_low.size:
             kl, ul = lower[try_low], grid.ulysses[below[try_low], lower[try_low]]
-            w = sequence_work(lengths[try_low], D[kl], ul, cost_model) + grid.overhead[below[try_low], kl]
+            w = pricer.work(try_low, D[kl], ul) + grid.overhead[below[try_low], kl]
             ok = w <= tau
             k[try_low[ok]], u[try_low[ok]] = kl[ok], ul[ok]
         hv = np.flatnonzero(heavy_cell[cell])
@@ -152,8 +146,8 @@ class HyDra:
             K = len(D)
             rep_k = np.tile(np.arange(K), hv.size)
             rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
-            load = (sequence_work(lengths[np.repeat(hv, K)], D[rep_k], rep_u, cost_model)
-                    + group_overhead(D[rep_k], rep_u, cost_model)).reshape(hv.size, K)
+            load = (pricer.work(np.repeat(hv, K), D[rep_k], rep_u)
+                    + pricer.overhead(D[rep_k], rep_u)).reshape(hv.size, K)
             load[np.arange(K)[None, :] < kmin[hv][:, None]] = np.inf
             meets = load <= tau
             k[hv] = np.where(meets.any(axis=1), np.argmax(meets, axis=1), np.argmin(load, axis=1))
@@ -163,7 +157,7 @@ class HyDra:
 
     # ---- step 4 prelude: one planning engine per degree -------------------------------------------------
     def _planning_engines(self, sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, lengths: np.ndarray,
-                          tau: float, job: JobSpec, cost_model: CostModel):
+                          tau: float, job: JobSpec, pricer: Pricer):
         """Sequences of one degree share groups, so they share an engine: per degree, the option with the
         least total priced load over the (non-heavy) sequences of that degree. Heavy sequences, alone in
         their groups, keep their own best. Returns engines, exact shares and group overheads by (c, u)."""
@@ -178,8 +172,8 @@ class HyDra:
             reps = np.concatenate(pos)
             oc = np.concatenate([np.full(len(p), c) for p, (c, _) in zip(pos, opt)])
             ou = np.concatenate([np.full(len(p), u) for p, (_, u) in zip(pos, opt)])
-            w = sequence_work(lengths[reps], oc, ou, cost_model)
-            o = group_overhead(np.array([c for c, _ in opt]), np.array([u for _, u in opt]), cost_model)
+            w = pricer.work(reps, oc, ou)
+            o = pricer.overhead(np.array([c for c, _ in opt]), np.array([u for _, u in opt]))
             ends = np.cumsum([len(p) for p in pos])
             sums = np.add.reduceat(w, np.r_[0, ends[:-1]])
             best: dict[int, tuple[float, int, int]] = {}
@@ -190,14 +184,14 @@ class HyDra:
                     best[c] = (total, u, j)
             for c, (_, u, _) in best.items():
                 u_seq[(sizes == c) & ~heavy] = u
-        shares = sequence_work(lengths, sizes, u_seq, cost_model)
+        shares = pricer.work(np.arange(len(lengths)), sizes, u_seq)
         pairs = np.unique(np.c_[sizes, u_seq], axis=0)
-        o = group_overhead(pairs[:, 0], pairs[:, 1], cost_model)
+        o = pricer.overhead(pairs[:, 0], pairs[:, 1])
         ovh = {(int(c), int(u)): float(x) for (c, u), x in zip(pairs, o)}
         return u_seq, shares, ovh
 
     # ---- step 5: engines, order, plan -------------------------------------------------------------------
-    def _engines(self, bins: list[Bin], lengths: np.ndarray, job: JobSpec, cost_model: CostModel) -> list[int]:
+    def _engines(self, bins: list[Bin], job: JobSpec, pricer: Pricer) -> list[int]:
         """Inner Ulysses degree of every bin: the option with the smallest priced load (planning u on ties).
         The planning engine is among the options, so a bin's load never rises above what placement saw."""
         out = [b.u for b in bins]
@@ -216,8 +210,8 @@ class HyDra:
         ou, og = np.asarray(opt_u), np.asarray(opt_g)
         sizes = np.asarray([bins[g].size for g in opt_g])
         gi = np.asarray(gidx)
-        work = sequence_work(lengths[np.asarray(pos)], sizes[gi], ou[gi], cost_model)
-        load = np.bincount(gi, weights=work, minlength=len(ou)) + group_overhead(sizes, ou, cost_model)
+        work = pricer.work(np.asarray(pos), sizes[gi], ou[gi])
+        load = np.bincount(gi, weights=work, minlength=len(ou)) + pricer.overhead(sizes, ou)
         best: dict[int, tuple[float, int]] = {}
         for j in range(len(ou)):
             g, u = int(og[j]), int(ou[j])

@@ -187,17 +187,39 @@ class _Packer:
             heapq.heappush(heap, e)
         return found
 
+    def best_for_fill(self, cls: tuple[int, int], work: float, tokens: float,
+                      blocked: list) -> tuple[float, int] | None:
+        """Phase B's :meth:`best_in_class`: a bin that fails only the token check leaves the class heap for
+        ``blocked``, a heap keyed by the longest sequence it could still take in its class, (M − tokens)·size,
+        from which the fill loop returns it once a short enough sequence comes (each bin version is blocked
+        at most once per readmission, so the search never re-reads the same full bins)."""
+        heap = self.classes.get(cls)
+        if not heap:
+            return None
+        lim = self.M * (1 + 1e-12)
+        while True:
+            top = self._peek(cls, heap)
+            if top is None:
+                return None
+            load, cap, tok, gid = top
+            if load + work > cap:
+                return None  # the roomiest entry of the class cannot take it: none can
+            if tok + tokens <= lim:
+                return (load + work - cap, gid)
+            heapq.heappush(blocked, (-(lim - tok) * cls[0], cls, heapq.heappop(heap)))
+
 
 def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, lengths: np.ndarray,
           sizes: np.ndarray, ulysses: np.ndarray, shares: np.ndarray, heavy: np.ndarray, m_light: int,
           order_key: np.ndarray, overhead: dict[tuple[int, int], float], fill: tuple[int, int],
-          fill_work: Callable[[np.ndarray, int, int], np.ndarray]) -> Layout:
+          fill_work: Callable[[np.ndarray, int, int], np.ndarray],
+          fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None) -> Layout:
     """Place every sequence (positions 0..n−1).
 
     ``sizes``, ``ulysses``, ``shares``: each sequence's degree, planning engine and per-rank work there;
     ``heavy``: set apart; ``order_key``: tie-break (the sequence ids); ``overhead[(size, u)]``: a group's fixed
     load; ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, size, u)``
-    prices fill sequences in another class."""
+    prices fill sequences in another class, ``fill_lower`` (optional) a lower bound of that price (or None)."""
     pk = _Packer(pool, budget, tau, tol, aligned, overhead)
     tok = lengths / sizes
     is_fill = ~heavy & (sizes == fill[0]) & (ulysses == fill[1])
@@ -236,24 +258,55 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     small = np.flatnonzero(is_fill)
     small = small[np.lexsort((order_key[small], -shares[small]))]
     classes = sorted(set(pk.classes) | {fill})
-    work_at = {cls: (shares[small] if cls == fill else fill_work(small, *cls)) for cls in classes}
     room = {cls: pk.top_room(cls) for cls in classes}
+    # Another class's rooms only shrink in phase B (only the fill class gets new bins), so a sequence whose
+    # work there exceeds the class's room now never goes there: ``fill_lower`` (a lower bound of the work,
+    # None: none) screens them out, and only the others are priced.
+    work_at = {}
+    for cls in classes:
+        if cls == fill:
+            work_at[cls] = shares[small]
+            continue
+        lower = fill_lower(small, *cls) if fill_lower is not None else None
+        if lower is None:
+            work_at[cls] = fill_work(small, *cls)
+            continue
+        maybe = np.flatnonzero(lower <= room[cls])
+        lower[maybe] = fill_work(small[maybe], *cls)
+        work_at[cls] = lower
+    work_list = {cls: w.tolist() for cls, w in work_at.items()}
+    small_len = lengths[small].astype(np.float64).tolist()
+    blocked: list = []  # bins full of tokens for now (best_for_fill)
     for j, i in enumerate(small.tolist()):
-        L = float(lengths[i])
+        L = small_len[j]
+        while blocked and -blocked[0][0] >= L:  # bins that can take this many tokens again
+            _, cls, e = heapq.heappop(blocked)
+            heapq.heappush(pk.classes[cls], e)
+            room[cls] = pk.top_room(cls)
         while True:
             placed = False
             # The class whose roomiest bin has the most room first: the first bin that takes the sequence
             # is the one with the most room now (LPT), without a look at every class.
+            first = max(classes, key=room.__getitem__)
+            w = work_list[first][j]
+            if room[first] >= w:
+                hit = pk.best_for_fill(first, w, L / first[0], blocked)
+                if hit is not None:
+                    pk.add(pk.realize(hit[1], first), i, w, L / first[0])
+                    room[first] = pk.top_room(first)
+                    break
+                room[first] = pk.top_room(first)
             for cls in sorted(classes, key=room.__getitem__, reverse=True):
-                w = float(work_at[cls][j])
+                w = work_list[cls][j]
                 if room[cls] < w:
                     continue
-                hit = pk.best_in_class(cls, w, L / cls[0], strict=False)
+                hit = pk.best_for_fill(cls, w, L / cls[0], blocked)
                 if hit is not None:
                     pk.add(pk.realize(hit[1], cls), i, w, L / cls[0])
                     room[cls] = pk.top_room(cls)
                     placed = True
                     break
+                room[cls] = pk.top_room(cls)
             if placed:
                 break
             pk.offer_free(pk.new_mb(overhead[fill] + float(shares[i])), fill)

@@ -48,19 +48,28 @@ if TYPE_CHECKING:
 _MIN_WORK_S = 1e-12  # a priced share is never zero: every sequence costs something
 
 
-def _price(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel) -> np.ndarray:
-    """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``, at
-    the pipeline stage where it is largest (the first stage adds the embedding, the last the LM head and
-    loss: 1F1B runs at the pace of the heaviest stage)."""
+def _stage_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
+                 stages: tuple[int, ...] | None = None) -> np.ndarray:
+    """[len(stages), n]: time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses
+    degree ``ulysses`` at each of ``stages`` (None: every pipeline stage)."""
     n = len(lengths)
+    if stages is None:
+        stages = tuple(range(getattr(cost_model.job, "pp", 1)))
     if n == 0:
-        return np.zeros(0)
+        return np.zeros((len(stages), 0))
     gb = GroupBatch(seq_len=np.asarray(lengths, dtype=np.int64), seq_group=np.arange(n, dtype=np.int64),
                     size=np.asarray(sizes, dtype=np.int64), ulysses=np.asarray(ulysses, dtype=np.int64),
                     first_rank=np.zeros(n, dtype=np.int64))
-    p = getattr(cost_model.job, "pp", 1)
-    t = [np.asarray(cost_model.group_costs(gb, s).total_s, dtype=np.float64) for s in range(p)]
-    return np.maximum.reduce(t) if p > 1 else t[0]
+    return np.stack([np.asarray(cost_model.group_costs(gb, s).total_s, dtype=np.float64) for s in stages])
+
+
+def _price(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
+           stages: tuple[int, ...] | None = None) -> np.ndarray:
+    """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``, at
+    the pipeline stage where it is largest (the first stage adds the embedding, the last the LM head and
+    loss: 1F1B runs at the pace of the heaviest stage). ``stages``: the stages to look at (None: all)."""
+    t = _stage_times(lengths, sizes, ulysses, cost_model, stages)
+    return t.max(axis=0) if len(t) > 1 else t[0]
 
 
 def group_overhead(sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel) -> np.ndarray:
@@ -86,6 +95,102 @@ def sequence_work(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
         return np.zeros(0)
     iso = _price(lengths, sizes, ulysses, cost_model)
     return np.maximum(_MIN_WORK_S, iso - group_overhead(sizes, ulysses, cost_model))
+
+
+_KEY = 1 << 20  # (size, ulysses) → size · _KEY + ulysses
+LOWER_SAFETY = 0.98  # Pricer.lower: margin below the grid's work (a screen, never a price)
+
+
+class Pricer:
+    """The work model of one batch, memoised: every distinct (length, size, engine) is priced once.
+
+    ``work(pos, sizes, ulysses)`` equals ``sequence_work(lengths[pos], sizes, ulysses)`` and ``overhead`` equals
+    :func:`group_overhead`; each call prices only what no earlier call priced, all of it in one cost-model call
+    per stage. Sequences of equal length share their price. Overheads are read at every stage. The work is
+    read at ``stages``: every stage until :meth:`narrow` keeps those that are the heaviest somewhere on a
+    probe set (:func:`build_grid` probes every option on a geometric subgrid of the batch's lengths); with the
+    analytic model that is the last stage (the LM head and loss make it the heaviest everywhere), a quarter of
+    the pricing at p = 4. ``narrow=False`` keeps every stage: the reference path the tests compare with.
+    """
+
+    def __init__(self, lengths: np.ndarray, cost_model: CostModel, narrow: bool = True) -> None:
+        self.cost_model = cost_model
+        self.uniq, self.inv = np.unique(np.asarray(lengths, dtype=np.int64), return_inverse=True)
+        self.stages: tuple[int, ...] | None = None  # None: every stage
+        self.may_narrow = narrow
+        self._cols: dict[int, np.ndarray] = {}  # key → work of each distinct length (nan: not priced yet)
+        self._ovh: dict[int, float] = {}
+
+    def set_grid(self, grid: np.ndarray, keys: list[int], work: np.ndarray) -> None:
+        """Keep the grid's work ([options, G] at the lengths ``grid``, option keys ``keys``) for :meth:`lower`."""
+        self._grid = grid
+        self._grid_rows = {k: w for k, w in zip(keys, work) if (np.diff(w) >= 0).all()}
+
+    def lower(self, pos: np.ndarray, size: int, ulysses: int) -> np.ndarray | None:
+        """A lower bound of ``work(pos, size, ulysses)`` without pricing: ``LOWER_SAFETY`` × the work at the
+        grid point at or below each length, where the grid's work is non-decreasing in the length (work
+        grows with the tokens: GEMMs, attention and the exposed communication max(compute, transfer) all do);
+        None where there is no such row."""
+        row = getattr(self, "_grid_rows", {}).get(int(size) * _KEY + int(ulysses))
+        if row is None:
+            return None
+        j = np.searchsorted(self._grid, self.uniq[self.inv[np.asarray(pos, dtype=np.int64)]], side="right") - 1
+        return LOWER_SAFETY * row[np.maximum(j, 0)]
+
+    def narrow(self, stage_times: np.ndarray) -> None:
+        """Price the work from now on only at the stages that are the heaviest in some column of
+        ``stage_times`` ([p, probes], every stage)."""
+        if self.may_narrow and len(stage_times) > 1 and stage_times.shape[1]:
+            self.stages = tuple(int(s) for s in np.unique(np.argmax(stage_times, axis=0)))
+
+    def overhead(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
+        key = np.asarray(sizes, dtype=np.int64) * _KEY + np.asarray(ulysses, dtype=np.int64)
+        uk, inv = np.unique(key, return_inverse=True)
+        miss = [k for k in uk.tolist() if k not in self._ovh]
+        if miss:
+            m = np.asarray(miss, dtype=np.int64)
+            for k, o in zip(miss, group_overhead(m // _KEY, m % _KEY, self.cost_model).tolist()):
+                self._ovh[k] = o
+        return np.asarray([self._ovh[k] for k in uk.tolist()])[inv.reshape(-1)]
+
+    def work(self, pos: np.ndarray, sizes: np.ndarray | int, ulysses: np.ndarray | int) -> np.ndarray:
+        """Per-rank work (s) of the sequences at batch positions ``pos`` (elementwise; scalars broadcast)."""
+        pos = np.asarray(pos, dtype=np.int64)
+        n = len(pos)
+        if n == 0:
+            return np.zeros(0)
+        li = self.inv[pos]
+        key = np.broadcast_to(np.asarray(sizes, dtype=np.int64) * _KEY + np.asarray(ulysses, dtype=np.int64), (n,))
+        if key[0] == key[-1] and (n == 1 or (key == key[0]).all()):
+            groups = [(int(key[0]), np.arange(n))]
+        else:
+            order = np.argsort(key, kind="stable")
+            ks = key[order]
+            cut = np.flatnonzero(ks[1:] != ks[:-1]) + 1
+            groups = [(int(ks[a]), order[a:b]) for a, b in zip(np.r_[0, cut], np.r_[cut, n])]
+        todo_l, todo_k, todo_col = [], [], []
+        for k, sel in groups:
+            col = self._cols.get(k)
+            if col is None:
+                col = self._cols[k] = np.full(len(self.uniq), np.nan)
+            need = li[sel]
+            need = np.unique(need[np.isnan(col[need])])
+            if need.size:
+                todo_l.append(need)
+                todo_k.append(np.full(need.size, k, dtype=np.int64))
+                todo_col.append(col)
+        if todo_l:
+            al, ak = np.concatenate(todo_l), np.concatenate(todo_k)
+            iso = _price(self.uniq[al], ak // _KEY, ak % _KEY, self.cost_model, self.stages)
+            w = np.maximum(_MIN_WORK_S, iso - self.overhead(ak // _KEY, ak % _KEY))
+            a = 0
+            for need, col in zip(todo_l, todo_col):
+                col[need] = w[a:a + need.size]
+                a += need.size
+        out = np.empty(n)
+        for k, sel in groups:
+            out[sel] = self._cols[k][li[sel]]
+        return out
 
 
 # ---- degrees and engines -------------------------------------------------------------------------------------
@@ -155,8 +260,12 @@ class WorkGrid:
 
 
 def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: JobSpec,
-               cost_model: CostModel, budget: int, ratio: float = 1.05, max_points: int = 160) -> WorkGrid:
-    """Price a geometric grid spanning the batch's lengths at every allowed degree and engine (one call)."""
+               cost_model: CostModel, budget: int, ratio: float = 1.05, max_points: int = 160,
+               pricer: Pricer | None = None) -> WorkGrid:
+    """Price a geometric grid spanning the batch's lengths at every allowed degree and engine (one call).
+
+    With a ``pricer``, every option is first priced at every stage on every fourth grid point (and the
+    last), the pricer narrowed to the stages that are the heaviest there, and the grid priced at those."""
     lo, hi = int(lengths.min()), int(lengths.max())
     npts = int(min(max_points, max(2, np.ceil(np.log(hi / lo) / np.log(ratio)) + 1))) if hi > lo else 1
     grid = np.unique(np.r_[np.round(np.geomspace(lo, hi, npts)).astype(np.int64), lo, hi])
@@ -168,9 +277,20 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
             opt_u.append(u)
     opt_k_a, opt_u_a = np.asarray(opt_k), np.asarray(opt_u)
     n_opt = len(opt_k)
-    w_all = sequence_work(np.tile(grid, n_opt), np.repeat(degrees[opt_k_a], G), np.repeat(opt_u_a, G),
-                          cost_model).reshape(n_opt, G)
-    o_all = group_overhead(degrees[opt_k_a], opt_u_a, cost_model)
+    if pricer is None:
+        w_all = sequence_work(np.tile(grid, n_opt), np.repeat(degrees[opt_k_a], G), np.repeat(opt_u_a, G),
+                              cost_model).reshape(n_opt, G)
+        o_all = group_overhead(degrees[opt_k_a], opt_u_a, cost_model)
+    else:
+        o_all = pricer.overhead(degrees[opt_k_a], opt_u_a)
+        probe = np.unique(np.r_[np.arange(0, G, 4), G - 1])
+        P = len(probe)
+        pricer.narrow(_stage_times(np.tile(grid[probe], n_opt), np.repeat(degrees[opt_k_a], P),
+                                   np.repeat(opt_u_a, P), cost_model))
+        iso = _price(np.tile(grid, n_opt), np.repeat(degrees[opt_k_a], G), np.repeat(opt_u_a, G), cost_model,
+                     pricer.stages).reshape(n_opt, G)
+        w_all = np.maximum(_MIN_WORK_S, iso - o_all[:, None])
+        pricer.set_grid(grid, (degrees[opt_k_a] * _KEY + opt_u_a).tolist(), w_all)
     alone = w_all + o_all[:, None]
     best_u = np.ones((G, K), dtype=np.int64)
     best_w = np.zeros((G, K))
