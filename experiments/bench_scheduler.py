@@ -1,7 +1,11 @@
 """Scheduling wall time of DCP policies: one global batch of n sequences over a pool of W ranks.
 
-    .venv/bin/python experiments/bench_scheduler.py [--policies hydra,mcore-dcp] [--n 512,2048,8192]
-                                                    [--w 64,256,1024] [--repeats 3] [--trace 256k]
+    .venv/bin/python experiments/bench_scheduler.py [--quick] [--policies hydra,mcore-dcp]
+                                                    [--n 512,2048,8192,32768] [--w 64,256,1024,4096]
+                                                    [--repeats 3] [--trace 256k]
+
+The default grid runs n = 512 … 32,768 over W = 64 … 4,096 (16 cells; minutes); ``--quick`` runs
+n = 512, 2,048 over W = 64, 256 (4 cells; seconds) with one repeat fewer.
 
 For every (n, W) cell: n lengths from ``traces.get_preset(trace).sample(n, seed)``; a job of llama3-8b on H200,
 TP 1, PP 4, pool W, with the per-rank token budget set so that the batch needs about ``--microbatches``
@@ -15,9 +19,9 @@ so HyDra's time includes its cost-model pricing; Megatron-Core's scheduler does 
 workload estimate is L²/c). Planning only: no plan is simulated or validated here.
 
 Columns: ms per batch per policy; ``mbs`` the plan's microbatches; ``/nlogW`` = time / (n · log2 W),
-normalised to the smallest (n, W) cell: ≤ 1 everywhere means growth no faster than n·log W (per-batch fixed
-costs make it fall with n; a whole-pool scan per sequence grows like n·W, so its column rises with W); the
-last column is the second policy's time over the first's.
+normalised to the smallest (n, W) cell (the scaling column): ≤ 1 everywhere means growth no faster than
+n·log W (per-batch fixed costs make it fall with n; a whole-pool scan per sequence grows like n·W, so its
+column rises with W); the last column is the first policy's time over the second's (hydra ÷ mcore-dcp).
 """
 
 from __future__ import annotations
@@ -70,14 +74,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", default="hydra,mcore-dcp", help="comma-separated policies (default: %(default)s)")
-    ap.add_argument("--n", type=_int_list, default=[512, 2048, 8192], help="sequences per batch")
-    ap.add_argument("--w", type=_int_list, default=[64, 256, 1024], help="pool sizes W")
-    ap.add_argument("--repeats", type=int, default=3, help="plans per cell; the best time counts")
+    ap.add_argument("--quick", action="store_true", help="the small grid: n = 512, 2048; W = 64, 256")
+    ap.add_argument("--n", type=_int_list, default=None, help="sequences per batch (default 512,2048,8192,32768)")
+    ap.add_argument("--w", type=_int_list, default=None, help="pool sizes W (default 64,256,1024,4096)")
+    ap.add_argument("--repeats", type=int, default=None, help="plans per cell; the best time counts (default 3; "
+                    "--quick: 2)")
     ap.add_argument("--trace", default="256k", help="trace preset (default: %(default)s)")
     ap.add_argument("--microbatches", type=int, default=8, help="memory-minimum microbatches per batch")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--wall", action="store_true", help="wall-clock time instead of the process's CPU time")
     args = ap.parse_args(argv)
+    if args.n is None:
+        args.n = [512, 2048] if args.quick else [512, 2048, 8192, 32768]
+    if args.w is None:
+        args.w = [64, 256] if args.quick else [64, 256, 1024, 4096]
+    if args.repeats is None:
+        args.repeats = 2 if args.quick else 3
+    if args.repeats < 1:
+        ap.error(f"--repeats {args.repeats}: must be ≥ 1")
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
     for name in names:  # warm-up: imports and first-call costs stay out of the timings
         b, j, c = make_case(64, 16, args.trace, args.seed, 2)
@@ -101,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in names:
         header += [f"{k} ms", f"{k} mbs", f"{k} /nlogW"]
     if len(names) >= 2:
-        header.append(f"{names[1]}/{names[0]}")
+        header.append(f"{names[0]}/{names[1]}")
     table = []
     for r in rows:
         line = [f"{r['n']:,}", f"{r['W']:,}", f"{r['M']:,}"]
@@ -109,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             t, m = r[k]
             line += [f"{t * 1e3:.1f}", str(m), f"{t / (r['n'] * math.log2(max(r['W'], 2))) / base[k]:.2f}"]
         if len(names) >= 2:
-            line.append(f"{r[names[1]][0] / r[names[0]][0]:.2f}x")
+            line.append(f"{r[names[0]][0] / r[names[1]][0]:.3f}")
         table.append(line)
     widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(header)]
     clock = "wall time" if args.wall else "CPU time"
