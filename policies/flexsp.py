@@ -25,8 +25,10 @@ minus f_b (exact for compute, which is affine in the group's sequences; the ring
 approximated as additive).
 
 Each sequence may use ``sizes_per_sequence`` size classes: the smallest power of two that holds it in memory
-and the next doublings. A microbatch whose program has more than ``max_milp_vars`` binary variables keeps
-its greedy solution (deterministic, so planning stays bounded by the instance size, not the clock). HiGHS
+and the next doublings. The MILP runs for the ``max_milps`` microbatches whose greedy solution is slowest
+(and for any the greedy cannot place); a microbatch whose program has more than ``max_milp_vars`` binary
+variables keeps its greedy solution. Both are deterministic, so planning stays bounded by the instance,
+not the clock. HiGHS
 (scipy.optimize.milp) stops after ``node_limit`` branch-and-bound nodes — deterministic — or, as a safety
 net, ``time_limit_s`` seconds per microbatch; ``total_time_limit_s`` (off by default) stops starting MILPs
 once that much is spent on the batch. Where a time limit binds, the plan depends on the machine's speed. A
@@ -225,9 +227,10 @@ class FlexSP:
 
     num_microbatches: int | None = option(None, ge=1)
     node_limit: int = option(20, ge=1)
-    time_limit_s: float = option(10.0, gt=0.0)
+    time_limit_s: float = option(2.0, gt=0.0)
     total_time_limit_s: float | None = option(None, gt=0.0)
     max_milp_vars: int = option(4000, ge=1)
+    max_milps: int = option(8, ge=0)
     sizes_per_sequence: int = option(3, ge=1)
     cp_engine: str = option("hybrid", choices=ENGINE_CHOICES)
     name: ClassVar[str]  # set by @register_policy
@@ -259,18 +262,26 @@ class FlexSP:
             load[k] += work[i]
             room[k] -= L[i]
         queue = [sorted(mb) for mb in members if mb]
+
+        def restrict(idx: np.ndarray) -> BlockTimes:
+            keep = [b for b, (_, j) in enumerate(blocks) if j < len(idx)]  # never more groups than sequences
+            return BlockTimes([blocks[b] for b in keep], [bt_all.engines[b] for b in keep], bt_all.fixed[keep],
+                              bt_all.seq[np.ix_(idx, np.asarray(keep, dtype=np.int64))])
+
+        # The MILP runs for the max_milps microbatches whose greedy solution is slowest (they set the pace).
+        first = [greedy(restrict(np.asarray(q)), L[q], M, W) for q in queue]
+        slowest = sorted((-(g[0] if g else math.inf), k) for k, g in enumerate(first))[:self.max_milps]
+        chosen = {tuple(queue[k]) for _, k in slowest}
         mbs, solved, fell_back = [], 0, 0
         deadline = time.perf_counter() + (self.total_time_limit_s or math.inf)
         while queue:
             idx = np.asarray(queue.pop(0), dtype=np.int64)
-            keep = [b for b, (_, j) in enumerate(blocks) if j < len(idx)]  # never more groups than sequences
-            sub = BlockTimes([blocks[b] for b in keep], [bt_all.engines[b] for b in keep], bt_all.fixed[keep],
-                             bt_all.seq[np.ix_(idx, np.asarray(keep, dtype=np.int64))])
+            sub = restrict(idx)
             g = greedy(sub, L[idx], M, W)
             left = deadline - time.perf_counter()
             small = int(np.isfinite(sub.seq).sum()) + len(sub.blocks) <= self.max_milp_vars
             s = (solve_milp(sub, L[idx].astype(np.float64), M, W, self.node_limit, min(self.time_limit_s, left))
-                 if left > 0 and small else None)
+                 if left > 0 and small and (g is None or tuple(idx.tolist()) in chosen) else None)
             if s is not None and (g is None or s[0] < g[0] * (1 - 1e-9)):
                 best, solved = s, solved + 1
             elif g is not None:
