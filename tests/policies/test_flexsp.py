@@ -99,3 +99,24 @@ def test_plans_are_valid(pool, budget, n, seed, mbs, analytic) -> None:
     plan = create_policy("flexsp", num_microbatches=mbs, node_limit=10).plan(batch, job, cm)
     validate_plan(plan, batch, max_tokens_per_rank=budget, kv_heads_per_rank=job.kv_heads_per_rank,
                   heads_per_rank=job.heads_per_rank)
+
+
+def test_the_milp_runs_for_the_slowest_microbatches_only(monkeypatch) -> None:
+    calls = []
+    real = flexsp.solve_milp
+
+    def counting(bt, lengths, *a, **k):
+        calls.append(float(np.sum(lengths)))
+        return real(bt, lengths, *a, **k)
+
+    monkeypatch.setattr(flexsp, "solve_milp", counting)
+    job = small_job(model=get_model("tiny"), pool=4, max_tokens_per_rank=2000)
+    cm = AnalyticCostModel(job)
+    rng = np.random.default_rng(0)
+    batch = GlobalBatch.of(rng.integers(50, 4000, 40))
+    plan = create_policy("flexsp", num_microbatches=6, max_milps=2).plan(batch, job, cm)
+    validate_plan(plan, batch, max_tokens_per_rank=2000)
+    assert len(calls) == 2 and plan.meta["milp_solved"] + plan.meta["greedy_kept"] == plan.num_microbatches
+    calls.clear()
+    again = create_policy("flexsp", num_microbatches=6, max_milps=0).plan(batch, job, cm)
+    assert calls == [] and again.meta["milp_solved"] == 0
