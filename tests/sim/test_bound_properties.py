@@ -1,5 +1,6 @@
 """Property tests of sim.bound: on random batches, layouts and cost models, no random valid plan and no
-registered policy's plan finishes a simulated iteration faster than ``iteration_bound``; and the compute
+registered policy's plan finishes a simulated iteration faster than ``iteration_bound``, with or without
+stragglers (random per-slot speeds: the bound ignores them, and slower compute only delays); and the compute
 decomposition the bound's proof assumes (docs/bound.md, assumption C) holds for the shipped cost models."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
 from dcpsim.cost_models.base import GroupBatch
+from dcpsim.cost_models.stragglers import Stragglers
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.policies import PolicyError, available_policies, create_policy, validate_plan
 from dcpsim.policies.plan import CPGroup, Engine, make_plan
@@ -40,8 +42,17 @@ def layouts(draw):
     if model == "qwen3-30b-a3b":
         ep = draw(st.sampled_from([e for e in (1, 2, 4) if pool % e == 0]))
     budget = draw(st.integers(64, 16384))
+    # random speeds (cost_models.stragglers): none, one named slot, or a random fraction of slow slots
+    slow = draw(st.sampled_from(["none", "none", "slot", "random"]))
+    stragglers = Stragglers()
+    if slow == "slot":
+        stragglers = Stragglers.parse(f"s{draw(st.integers(0, pp - 1))}r{draw(st.integers(0, pool - 1))}="
+                                      f"{draw(st.floats(1.0, 4.0))}")
+    elif slow == "random":
+        stragglers = Stragglers(fraction=draw(st.floats(0.0, 1.0)), seed=draw(st.integers(0, 10_000)),
+                                slowdown=draw(st.sampled_from(["fixed:1.5", "uniform:1:3", "lognormal:1.3:0.8"])))
     job = JobSpec(m, get_gpu(draw(st.sampled_from(["h100", "h200"]))), tp=tp, pp=pp, pool=pool,
-                  ep=ep, max_tokens_per_rank=budget, context_len=max(budget, 1024))
+                  ep=ep, max_tokens_per_rank=budget, context_len=max(budget, 1024), stragglers=stragglers)
     kind = draw(st.sampled_from(["all", "legacy", "constant"]))
     if kind == "constant":
         cm = ConstantCostModel(job, fwd_s_per_token=draw(st.sampled_from([1e-7, 1e-6])),
