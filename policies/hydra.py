@@ -85,6 +85,9 @@ class HyDra:
         lengths = np.asarray(batch.lengths, dtype=np.int64)
         _check_batch(ids, lengths)
         W = job.pool
+        # Stragglers (cost_models.stragglers): a pool rank's factor is its slowest stage's (one plan for all
+        # stages); the target balances over the effective ranks Σ 1/f, groups on slow ranks hold less.
+        slow = job.slowdown().max(axis=0) if job.stragglers else None
         M = int(self.max_seqlen_per_rank or cost_model.max_tokens_per_rank())
         D = allowed_degrees(W, self.degrees, self.min_cp_size, self.cp_engine, job)
         kmin = np.searchsorted(M * D, lengths, side="left")  # smallest degree index with L ≤ M·c
@@ -98,7 +101,8 @@ class HyDra:
         pricer = Pricer(lengths, cost_model)
         grid = build_grid(lengths, D, self.cp_engine, job, cost_model, M, pricer=pricer)
         tm = build_target_model(grid)
-        choice = choose_target(grid, tm, W, job.pp, lengths, M, self.num_microbatches)
+        choice = choose_target(grid, tm, W, job.pp, lengths, M, self.num_microbatches,
+                               capacity=None if slow is None else float((1.0 / slow).sum()))
         tau = choice.tau
         k_seq, u_seq, heavy = self._degrees(grid, tm, tau, lengths, kmin, pricer)
         sizes = D[k_seq]
@@ -112,7 +116,7 @@ class HyDra:
         def fill_work(pos: np.ndarray, size: int, u: int) -> np.ndarray:
             return pricer.work(pos, size, u)
 
-        layout = place(pool=W, budget=M, tau=tau, tol=self.tolerance, aligned=self.degrees == "pow2",
+        layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance, aligned=self.degrees == "pow2",
                        lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
                        m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
                        fill_lower=pricer.lower)
@@ -240,7 +244,7 @@ class HyDra:
         for g in used:
             b = layout.bins[g]
             loads[run[b.mb], b.first:b.first + b.size] = b.load
-        pos = balance_columns(loads) if self.degrees == "pow2" else np.tile(np.arange(W), (len(keys), 1))
+        pos = balance_columns(loads, layout.slow) if self.degrees == "pow2" else np.tile(np.arange(W), (len(keys), 1))
         groups: list[list[tuple[int, CPGroup]]] = [[] for _ in keys]
         for g in used:
             b = layout.bins[g]

@@ -63,13 +63,15 @@ class Layout:
     caps: list[float]
     cursor: list[int]  # first free rank of each microbatch
     heavy_mbs: int
+    slow: np.ndarray | None = None  # [W] the pool ranks' slow-down factors placement weighted by (None: none)
 
 
 class _Packer:
     def __init__(self, pool: int, budget: float, tau: float, tol: float, aligned: bool,
-                 overhead: dict[tuple[int, int], float]) -> None:
+                 overhead: dict[tuple[int, int], float], slow: np.ndarray | None = None) -> None:
         self.W, self.M, self.tau, self.tol, self.aligned = pool, budget, tau, tol, aligned
         self.overhead = overhead
+        self.slow = slow  # [W] each pool rank's slow-down factor (stragglers); None: every rank at full speed
         self.bins: list[Bin] = []
         self.caps: list[float] = []
         self.cursor: list[int] = []
@@ -84,12 +86,19 @@ class _Packer:
         heapq.heappush(self.free, (-self.W, -self.caps[k], k))
         return k
 
+    def block_cap(self, k: int, first: int, size: int) -> float:
+        """Capacity of a group on ranks first .. first + size − 1 of microbatch k: the microbatch's, divided by
+        the slowest member's slow-down factor (a group runs at its slowest member's pace: sim.engine)."""
+        if self.slow is None:
+            return self.caps[k]
+        return self.caps[k] / float(self.slow[first:first + size].max())
+
     def fits_block(self, k: int, size: int) -> bool:
         c = self.cursor[k]
         return self.W - c >= size and (not self.aligned or c % size == 0)
 
     def carve(self, k: int, size: int, u: int) -> Bin:
-        b = Bin(k, self.cursor[k], size, u, self.caps[k], self.overhead[size, u])
+        b = Bin(k, self.cursor[k], size, u, self.block_cap(k, self.cursor[k], size), self.overhead[size, u])
         self.cursor[k] += size
         self.bins.append(b)
         heapq.heappush(self.free, (-(self.W - self.cursor[k]), -self.caps[k], k))
@@ -132,7 +141,7 @@ class _Packer:
     def offer_free(self, k: int, cls: tuple[int, int]) -> None:
         if self.fits_block(k, cls[0]):
             heapq.heappush(self.classes.setdefault(cls, []),
-                           (self.overhead[cls] - self.caps[k], -(k + 1), self.cursor[k]))
+                           (self.overhead[cls] - self.block_cap(k, self.cursor[k], cls[0]), -(k + 1), self.cursor[k]))
 
     def _peek(self, cls: tuple[int, int], heap: list) -> tuple[float, float, float, int] | None:
         """(load, capacity, tokens, gid) of the valid top entry of ``heap`` (stale entries dropped)."""
@@ -141,7 +150,7 @@ class _Packer:
             if gid < 0:
                 k = -gid - 1
                 if ver == self.cursor[k] and self.fits_block(k, cls[0]):
-                    return self.overhead[cls], self.caps[k], 0.0, gid
+                    return self.overhead[cls], self.block_cap(k, self.cursor[k], cls[0]), 0.0, gid
             elif ver == self.bins[gid].version:
                 b = self.bins[gid]
                 return b.load, b.cap, b.tokens, gid
@@ -212,15 +221,16 @@ class _Packer:
 def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, lengths: np.ndarray,
           sizes: np.ndarray, ulysses: np.ndarray, shares: np.ndarray, heavy: np.ndarray, m_light: int,
           order_key: np.ndarray, overhead: dict[tuple[int, int], float], fill: tuple[int, int],
+          slowdown: np.ndarray | None = None,
           fill_work: Callable[[np.ndarray, int, int], np.ndarray],
           fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None) -> Layout:
     """Place every sequence (positions 0..n−1).
 
     ``sizes``, ``ulysses``, ``shares``: each sequence's degree, planning engine and per-rank work there;
     ``heavy``: set apart; ``order_key``: tie-break (the sequence ids); ``overhead[(size, u)]``: a group's fixed
-    load; ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, size, u)``
+    load; ``slowdown`` ([W] or None): each pool rank's slow-down factor, dividing the capacity of its groups; ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, size, u)``
     prices fill sequences in another class, ``fill_lower`` (optional) a lower bound of that price (or None)."""
-    pk = _Packer(pool, budget, tau, tol, aligned, overhead)
+    pk = _Packer(pool, budget, tau, tol, aligned, overhead, slowdown)
     tok = lengths / sizes
     is_fill = ~heavy & (sizes == fill[0]) & (ulysses == fill[1])
     # Heavy sequences: first fit over microbatches of their own, largest degree first (aligned carving).
@@ -311,4 +321,4 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
                 break
             pk.offer_free(pk.new_mb(overhead[fill] + float(shares[i])), fill)
             room[fill] = pk.top_room(fill)
-    return Layout(pk.bins, pk.caps, pk.cursor, heavy_mbs)
+    return Layout(pk.bins, pk.caps, pk.cursor, heavy_mbs, slowdown)

@@ -102,8 +102,9 @@ def build_target_model(grid: WorkGrid) -> TargetModel:
     return TargetModel(thr, F, heavy_thr, heavy_k, rw, float(grid.overhead[0, 0]))
 
 
-def solve_tau(tm: TargetModel, pool: int, m_light: int, excluded: float = 0.0) -> float:
-    """Smallest τ ≥ (F(τ) − excluded) / (W · m_light) + ō over the step function F."""
+def solve_tau(tm: TargetModel, pool: float, m_light: int, excluded: float = 0.0) -> float:
+    """Smallest τ ≥ (F(τ) − excluded) / (W · m_light) + ō over the step function F. With stragglers W is the
+    effective pool Σ_w 1/f_w (a rank of slow-down f carries τ/f): the target of a full-speed rank."""
     tau_e = (tm.F - excluded) / (pool * m_light) + tm.slot_overhead
     upper = np.r_[tm.thresholds, np.inf]
     lower = np.r_[0.0, tm.thresholds]
@@ -163,8 +164,9 @@ class TargetSearch:
     are cached by heavy set: the set changes only a few times over the range of m."""
 
     def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray,
-                 budget: float) -> None:
+                 budget: float, capacity: float | None = None) -> None:
         self.grid, self.tm, self.W, self.pp = grid, tm, pool, pp
+        self.W_eff = float(pool) if capacity is None else capacity  # ranks the load spreads over (speed-weighted)
         self.token_cap = TOKEN_SLACK * pool * budget  # tokens one microbatch should hold at most
         self.lengths = lengths
         self.count = np.bincount(grid.cell, minlength=len(grid.lengths)).astype(np.float64)
@@ -215,7 +217,7 @@ class TargetSearch:
         if hit is not None:
             return hit
         tm = self.tm
-        tau = solve_tau(tm, self.W, m_light)
+        tau = solve_tau(tm, self.W_eff, m_light)
         heavy = np.zeros(len(tm.heavy_thr), dtype=bool)
         heights, heavy_tok, free = np.zeros(0), 0.0, 0
         for _ in range(4):
@@ -224,7 +226,7 @@ class TargetSearch:
                 break
             heavy = now
             heights, heavy_tok, excluded, free = self._heavy(heavy)
-            tau = solve_tau(tm, self.W, m_light, excluded=excluded)
+            tau = solve_tau(tm, self.W_eff, m_light, excluded=excluded)
         if not heavy.any():
             heights, heavy_tok, free = np.zeros(0), 0.0, 0
         light_tokens = float(self.lengths.sum()) - heavy_tok
@@ -245,14 +247,16 @@ class TargetSearch:
 
 
 def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
-                  num_microbatches: int | None = None, span: int = 8) -> TargetChoice:
+                  num_microbatches: int | None = None, span: int = 8,
+                  capacity: float | None = None) -> TargetChoice:
     """The (τ, m) with the smallest 1F1B estimate; m fixed when ``num_microbatches`` is given (as far as the
     heavy sequences and the groups allow).
 
     Candidates: light counts m_L = 1 .. ``span`` × the memory minimum ⌈Σ L / (η·W·M)⌉ + 2p (at most 512), each
     raised to what memory and the group structure need; the search stops once the estimate exceeds the
-    best by ``STOP_ABOVE`` (τ only falls with m, so degrees, communication and heavy sets only grow)."""
-    ts = TargetSearch(grid, tm, pool, pp, lengths, budget)
+    best by ``STOP_ABOVE`` (τ only falls with m, so degrees, communication and heavy sets only grow).
+    ``capacity``: the speed-weighted pool Σ 1/f of a job with stragglers (None: W)."""
+    ts = TargetSearch(grid, tm, pool, pp, lengths, budget, capacity)
     if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
         for m_l in range(num_microbatches, 0, -1):
             ch = ts.at(m_l)
