@@ -113,7 +113,7 @@ class HyDra:
         if fill not in ovh:
             ovh[fill] = float(pricer.overhead(np.array([fill[0]]), np.array([fill[1]]))[0])
 
-        def fill_work(pos: np.ndarray, size: int, u: int) -> np.ndarray:
+        def fill_work(pos: np.ndarray, size: np.ndarray, u: np.ndarray) -> np.ndarray:
             return pricer.work(pos, size, u)
 
         layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance, aligned=self.degrees == "pow2",
@@ -199,30 +199,25 @@ class HyDra:
         """Inner Ulysses degree of every bin: the option with the smallest priced load (planning u on ties).
         The planning engine is among the options, so a bin's load never rises above what placement saw."""
         out = [b.u for b in bins]
-        pos, gidx, opt_u, opt_g = [], [], [], []
-        for g, b in enumerate(bins):
-            opts = engine_options(b.size, self.cp_engine, job) if b.seqs else []
-            if len(opts) < 2:
-                continue
-            for u in opts:
-                pos.extend(b.seqs)
-                gidx.extend([len(opt_u)] * len(b.seqs))
-                opt_u.append(u)
-                opt_g.append(g)
-        if not opt_u:
+        opts_of = {c: engine_options(c, self.cp_engine, job) for c in {b.size for b in bins}}
+        multi = [g for g, b in enumerate(bins) if b.seqs and len(opts_of[b.size]) > 1]
+        if not multi:
             return out
-        ou, og = np.asarray(opt_u), np.asarray(opt_g)
-        sizes = np.asarray([bins[g].size for g in opt_g])
-        gi = np.asarray(gidx)
-        work = pricer.work(np.asarray(pos), sizes[gi], ou[gi])
+        # one row per (bin, option): its sequences priced at that option, all in one call
+        opt_g = np.asarray([g for g in multi for _ in opts_of[bins[g].size]], dtype=np.int64)
+        ou = np.asarray([u for g in multi for u in opts_of[bins[g].size]], dtype=np.int64)
+        sizes = np.asarray([bins[g].size for g in opt_g.tolist()], dtype=np.int64)
+        nseq = np.asarray([len(bins[g].seqs) for g in opt_g.tolist()], dtype=np.int64)
+        pos = np.concatenate([np.asarray(bins[g].seqs, dtype=np.int64) for g in opt_g.tolist()])
+        gi = np.repeat(np.arange(len(ou)), nseq)
+        work = pricer.work(pos, sizes[gi], ou[gi])
         load = np.bincount(gi, weights=work, minlength=len(ou)) + pricer.overhead(sizes, ou)
         best: dict[int, tuple[float, int]] = {}
-        for j in range(len(ou)):
-            g, u = int(og[j]), int(ou[j])
+        for g, u, ld in zip(opt_g.tolist(), ou.tolist(), load.tolist()):
             tie = u == bins[g].u
             cur = best.get(g)
-            if cur is None or load[j] < cur[0] * (1 - 1e-12) or (tie and load[j] <= cur[0]):
-                best[g] = (float(load[j]), u)
+            if cur is None or ld < cur[0] * (1 - 1e-12) or (tie and ld <= cur[0]):
+                best[g] = (ld, u)
         for g, (_, u) in best.items():
             out[g] = u
         return out

@@ -222,13 +222,13 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
           sizes: np.ndarray, ulysses: np.ndarray, shares: np.ndarray, heavy: np.ndarray, m_light: int,
           order_key: np.ndarray, overhead: dict[tuple[int, int], float], fill: tuple[int, int],
           slowdown: np.ndarray | None = None,
-          fill_work: Callable[[np.ndarray, int, int], np.ndarray],
+          fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
           fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None) -> Layout:
     """Place every sequence (positions 0..n−1).
 
     ``sizes``, ``ulysses``, ``shares``: each sequence's degree, planning engine and per-rank work there;
     ``heavy``: set apart; ``order_key``: tie-break (the sequence ids); ``overhead[(size, u)]``: a group's fixed
-    load; ``slowdown`` ([W] or None): each pool rank's slow-down factor, dividing the capacity of its groups; ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, size, u)``
+    load; ``slowdown`` ([W] or None): each pool rank's slow-down factor, dividing the capacity of its groups; ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, sizes, u)`` (elementwise)
     prices fill sequences in another class, ``fill_lower`` (optional) a lower bound of that price (or None)."""
     pk = _Packer(pool, budget, tau, tol, aligned, overhead, slowdown)
     tok = lengths / sizes
@@ -272,18 +272,22 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     # Another class's rooms only shrink in phase B (only the fill class gets new bins), so a sequence whose
     # work there exceeds the class's room now never goes there: ``fill_lower`` (a lower bound of the work,
     # None: none) screens them out, and only the others are priced.
-    work_at = {}
+    work_at = {fill: shares[small]}
+    ask = []  # (class, where in small, the screen's array or None): priced together in one fill_work call
     for cls in classes:
-        if cls == fill:
-            work_at[cls] = shares[small]
-            continue
-        lower = fill_lower(small, *cls) if fill_lower is not None else None
-        if lower is None:
-            work_at[cls] = fill_work(small, *cls)
-            continue
-        maybe = np.flatnonzero(lower <= room[cls])
-        lower[maybe] = fill_work(small[maybe], *cls)
-        work_at[cls] = lower
+        if cls != fill:
+            lower = fill_lower(small, *cls) if fill_lower is not None else None
+            ask.append((cls, np.arange(len(small)) if lower is None else np.flatnonzero(lower <= room[cls]),
+                        np.full(len(small), np.inf) if lower is None else lower))
+    if ask:
+        priced = fill_work(np.concatenate([small[m] for _, m, _ in ask]),
+                           np.concatenate([np.full(len(m), c[0]) for c, m, _ in ask]),
+                           np.concatenate([np.full(len(m), c[1]) for c, m, _ in ask]))
+        a = 0
+        for cls, m, w in ask:
+            w[m] = priced[a:a + len(m)]
+            a += len(m)
+            work_at[cls] = w
     work_list = {cls: w.tolist() for cls, w in work_at.items()}
     small_len = lengths[small].astype(np.float64).tolist()
     blocked: list = []  # bins full of tokens for now (best_for_fill)

@@ -143,8 +143,17 @@ class Pricer:
         if self.may_narrow and len(stage_times) > 1 and stage_times.shape[1]:
             self.stages = tuple(int(s) for s in np.unique(np.argmax(stage_times, axis=0)))
 
+    def set_overheads(self, keys: np.ndarray, overheads: np.ndarray) -> None:
+        """Known overheads (keys size · 2^20 + ulysses), priced as :func:`group_overhead` prices them."""
+        self._ovh.update(zip(np.asarray(keys).tolist(), np.asarray(overheads, dtype=np.float64).tolist()))
+
     def overhead(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
         key = np.asarray(sizes, dtype=np.int64) * _KEY + np.asarray(ulysses, dtype=np.int64)
+        if key.size == 1:
+            k = int(key.reshape(-1)[0])
+            if k not in self._ovh:
+                self._ovh[k] = float(group_overhead(np.array([k // _KEY]), np.array([k % _KEY]), self.cost_model)[0])
+            return np.array([self._ovh[k]])
         uk, inv = np.unique(key, return_inverse=True)
         miss = [k for k in uk.tolist() if k not in self._ovh]
         if miss:
@@ -173,8 +182,9 @@ class Pricer:
             col = self._cols.get(k)
             if col is None:
                 col = self._cols[k] = np.full(len(self.uniq), np.nan)
-            need = li[sel]
-            need = np.unique(need[np.isnan(col[need])])
+            mark = np.zeros(len(col), dtype=bool)
+            mark[li[sel]] = True
+            need = np.flatnonzero(mark & np.isnan(col))  # distinct lengths not priced yet, ascending
             if need.size:
                 todo_l.append(need)
                 todo_k.append(np.full(need.size, k, dtype=np.int64))
@@ -282,11 +292,17 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
                               cost_model).reshape(n_opt, G)
         o_all = group_overhead(degrees[opt_k_a], opt_u_a, cost_model)
     else:
-        o_all = pricer.overhead(degrees[opt_k_a], opt_u_a)
         probe = np.unique(np.r_[np.arange(0, G, 4), G - 1])
         P = len(probe)
-        pricer.narrow(_stage_times(np.tile(grid[probe], n_opt), np.repeat(degrees[opt_k_a], P),
-                                   np.repeat(opt_u_a, P), cost_model))
+        oc = degrees[opt_k_a]
+        # one call per stage: the probes, then every option at 1 and 2 tokens (its overhead, as group_overhead)
+        t = _stage_times(np.r_[np.tile(grid[probe], n_opt), np.ones(n_opt, np.int64), np.full(n_opt, 2)],
+                         np.r_[np.repeat(oc, P), oc, oc], np.r_[np.repeat(opt_u_a, P), opt_u_a, opt_u_a],
+                         cost_model)
+        pricer.narrow(t[:, :P * n_opt])
+        t12 = t[:, P * n_opt:].max(axis=0)
+        o_all = np.maximum(0.0, 2.0 * t12[:n_opt] - t12[n_opt:])
+        pricer.set_overheads(oc * _KEY + opt_u_a, o_all)
         iso = _price(np.tile(grid, n_opt), np.repeat(degrees[opt_k_a], G), np.repeat(opt_u_a, G), cost_model,
                      pricer.stages).reshape(n_opt, G)
         w_all = np.maximum(_MIN_WORK_S, iso - o_all[:, None])
