@@ -8,6 +8,7 @@ Figures (see docs/experiments.md):
   e  one iteration's pipeline timeline (Gantt), per policy
   f  speedup against cluster size (weak scaling)
   g  efficiency (lower bound / iteration time) per policy per scenario, with the literature's schedulers
+  h  throughput against straggler severity (one slow rank; random stragglers), per policy
 
 Without --scenario each figure uses its shipped scenarios (experiments/scenarios); with --scenario (repeatable)
 every figure uses those, the first as its base. One iteration per point. Progress lines go to stderr.
@@ -32,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="figures", metavar="DIR", help="output directory (default figures)")
     p.add_argument("--scenario", action="append", metavar="NAME|FILE",
                    help="scenario(s) to use instead of each figure's shipped ones; repeatable")
-    p.add_argument("--only", metavar="a,b,...", help="only these figures (letters a-g or file stems)")
+    p.add_argument("--only", metavar="a,b,...", help="only these figures (letters a-h or file stems)")
     p.add_argument("--quick", action="store_true", help="smaller grids (for a fast look, and the tests)")
     p.add_argument("--policies", metavar="A,B,...",
                    help="policies to show instead of the scenarios' own, e.g. mcore-dcp,hydra")

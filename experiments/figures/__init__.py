@@ -12,12 +12,21 @@ from pathlib import Path
 from types import ModuleType
 
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.figures import bubbles, efficiency, gantt, scaling, scheduling, skew, throughput
+from dcpsim.experiments.figures import (
+    bubbles,
+    efficiency,
+    gantt,
+    scaling,
+    scheduling,
+    skew,
+    stragglers,
+    throughput,
+)
 from dcpsim.experiments.figures.common import FigureContext
 from dcpsim.experiments.scenario import Scenario
 
 FIGURES: dict[str, ModuleType] = {m.KEY: m for m in (throughput, bubbles, skew, scheduling, gantt, scaling,
-                                                      efficiency)}
+                                                      efficiency, stragglers)}
 
 
 def select(only: str | None) -> list[ModuleType]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -37,7 +38,7 @@ def figures(tmp_path_factory):
 
 def test_every_figure_writes_png_pdf_csv(figures):
     files, out = figures
-    assert set(files) == set(FIGURES) == set("abcdefg")
+    assert set(files) == set(FIGURES) == set("abcdefgh")
     for key, paths in files.items():
         stem = FIGURES[key].STEM
         for ext in ("png", "pdf", "csv"):
@@ -69,6 +70,12 @@ def test_csvs_hold_the_data(figures):
     assert set(g.policy) == {"static-cp", "mcore-dcp", "dp-balanced", "wlb-llm", "flexsp", "distca"}
     assert g.ok.all() and ((g.efficiency > 0) & (g.efficiency <= 1)).all()
     assert ((g.efficiency - g.bound_s / g.iteration_time_s).abs() <= 1e-12 * g.efficiency).all()
+    h = pd.read_csv(out / "h_stragglers.csv", keep_default_na=False)  # quick grid: f = 1, 1.5, 3
+    assert set(h.factor) == {1.0, 1.5, 3.0} and set(h.model) == {"one slow rank", "random stragglers"}
+    assert h.ok.all() and set(h[h.factor == 3.0].slow_ranks) == {"s1r1=3", ""}
+    for (_model, pol), d in h.groupby(["model", "policy"]):  # stragglers never speed a plan up (f ≥ 1)
+        t = d.sort_values("factor").iteration_time_s.to_numpy()
+        assert (np.diff(t) >= -1e-12).all() and t[-1] > t[0], (pol, t)
 
 
 def test_select_and_bad_only():
