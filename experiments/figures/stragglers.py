@@ -72,8 +72,9 @@ def plot(df: pd.DataFrame, sc: Scenario) -> Figure:
             dp = d[d.policy == pol].sort_values("factor")
             ax.plot(dp.factor, dp.tokens_per_s_per_gpu, marker="o", label=pol, color=policy_colour(pol, policies))
         ax.set_xlabel("slow-down factor f of the stragglers' compute (1 = none)")
-        ax.set_title(model if model != "random stragglers" else
-                     f"random stragglers ({RANDOM_FRACTION:.0%} of the {sc.pp * sc.pool:,} stage-ranks)", fontsize=9)
+        ax.set_title(f"one slow rank (stage {sc.pp // 2}, pool rank {min(1, sc.pool - 1)})" if model == "one slow rank"
+                     else f"random stragglers ({RANDOM_FRACTION:.0%} of the {sc.pp * sc.pool:,} stage-ranks, "
+                          f"seed {sc.seed})", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("throughput, tokens/s/GPU")
     axes[0].legend(title="policy", fontsize=8)
