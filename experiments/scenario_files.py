@@ -98,7 +98,7 @@ def scenario_from_mapping(d: dict[str, Any], origin: str) -> Scenario:
                 raise ScenarioError(f"{origin}: {k} = {v!r} is invalid: {e}") from None
             if k in ("slow_ranks", "stragglers"):  # their syntax, checked here (ranges: by the job)
                 try:
-                    Stragglers.parse(**{k: v}, slow_what=k, random_what=k)  # type: ignore[arg-type]
+                    Stragglers.parse(**{k: v}, slow_what=k, random_what=k)
                 except SpecError as e:
                     raise ScenarioError(f"{origin}: {e}") from None
         elif not isinstance(v, type(default)):
