@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
               f"context {sc.context_len:,}, {sc.global_batch_tokens:,} tokens/batch, trace {sc.trace}, "
               f"{len(batches)} iteration(s), seed {sc.seed}")
+        if sc.slow_ranks or sc.stragglers:
+            print(f"stragglers: {sc.straggler_spec().describe()} (compute slow-down factors; docs/experiments.md)")
         print(compare_table(summaries))
     sys.stdout.flush()
     return 0
