@@ -25,6 +25,7 @@ the per-microbatch capacities ``microbatch_caps_s``, the budget ``max_tokens_per
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
@@ -37,7 +38,7 @@ from dcpsim.policies.hydra_order import balance_columns, best_order
 from dcpsim.policies.hydra_placement import Bin, Layout, place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, choose_target
 from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid, engine_options, rank_loads
-from dcpsim.policies.plan import CPGroup, Plan, make_plan
+from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 
 if TYPE_CHECKING:
@@ -150,9 +151,11 @@ class HyDra:
             K = len(D)
             rep_k = np.tile(np.arange(K), hv.size)
             rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
-            load = (pricer.work(np.repeat(hv, K), D[rep_k], rep_u)
-                    + pricer.overhead(D[rep_k], rep_u)).reshape(hv.size, K)
-            load[np.arange(K)[None, :] < kmin[hv][:, None]] = np.inf
+            ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)  # memory allows: priced
+            flat = np.full(hv.size * K, np.inf)
+            flat[ok] = (pricer.work(np.repeat(hv, K)[ok], D[rep_k[ok]], rep_u[ok])
+                        + pricer.overhead(D[rep_k[ok]], rep_u[ok]))
+            load = flat.reshape(hv.size, K)
             meets = load <= tau
             k[hv] = np.where(meets.any(axis=1), np.argmax(meets, axis=1), np.argmin(load, axis=1))
             u[hv] = rep_u.reshape(hv.size, K)[np.arange(hv.size), k[hv]]
@@ -208,7 +211,8 @@ class HyDra:
         ou = np.asarray([u for g in multi for u in opts_of[bins[g].size]], dtype=np.int64)
         sizes = np.asarray([bins[g].size for g in opt_g.tolist()], dtype=np.int64)
         nseq = np.asarray([len(bins[g].seqs) for g in opt_g.tolist()], dtype=np.int64)
-        pos = np.concatenate([np.asarray(bins[g].seqs, dtype=np.int64) for g in opt_g.tolist()])
+        pos = np.fromiter(chain.from_iterable(bins[g].seqs for g in opt_g.tolist()), dtype=np.int64,
+                          count=int(nseq.sum()))
         gi = np.repeat(np.arange(len(ou)), nseq)
         work = pricer.work(pos, sizes[gi], ou[gi])
         load = np.bincount(gi, weights=work, minlength=len(ou)) + pricer.overhead(sizes, ou)
@@ -241,13 +245,23 @@ class HyDra:
             loads[run[b.mb], b.first:b.first + b.size] = b.load
         pos = balance_columns(loads, layout.slow) if self.degrees == "pow2" else np.tile(np.arange(W), (len(keys), 1))
         groups: list[list[tuple[int, CPGroup]]] = [[] for _ in keys]
-        for g in used:
-            b = layout.bins[g]
-            r = run[b.mb]
-            first = int(pos[r, b.first:b.first + b.size].min())
-            engine = engine_from_ulysses(b.size, engines[g])
+        # each group's first rank after the mirroring: the least of its block's new positions, one reduceat
+        bl = [layout.bins[g] for g in used]
+        rows = np.asarray([run[b.mb] for b in bl], dtype=np.int64)
+        size = np.asarray([b.size for b in bl], dtype=np.int64)
+        starts = rows * W + np.asarray([b.first for b in bl], dtype=np.int64)
+        offsets = np.cumsum(size) - size
+        idx = np.repeat(starts - offsets, size) + np.arange(int(size.sum()))
+        firsts = np.minimum.reduceat(pos.reshape(-1)[idx], offsets).tolist() if bl else []
+        id_of = ids.tolist()
+        engine_of: dict[tuple[int, int], Engine] = {}
+        for g, b, r, first in zip(used, bl, rows.tolist(), firsts):
+            key = (b.size, engines[g])
+            engine = engine_of.get(key)
+            if engine is None:
+                engine = engine_of[key] = engine_from_ulysses(*key)
             groups[r].append((first, CPGroup(tuple(range(first, first + b.size)),
-                                             tuple(int(ids[i]) for i in b.seqs), engine)))
+                                             tuple(map(id_of.__getitem__, b.seqs)), engine)))
         caps = [layout.caps[keys[i]] for i in order]
         return make_plan(
             self.name, W, [[grp for _, grp in sorted(gs, key=lambda x: x[0])] for gs in groups],
