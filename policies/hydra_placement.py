@@ -284,11 +284,11 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
                            np.concatenate([np.full(len(m), c[0]) for c, m, _ in ask]),
                            np.concatenate([np.full(len(m), c[1]) for c, m, _ in ask]))
         a = 0
-        for cls, m, w in ask:
-            w[m] = priced[a:a + len(m)]
+        for cls, m, arr in ask:
+            arr[m] = priced[a:a + len(m)]
             a += len(m)
-            work_at[cls] = w
-    work_list = {cls: w.tolist() for cls, w in work_at.items()}
+            work_at[cls] = arr
+    work_list = {cls: arr.tolist() for cls, arr in work_at.items()}
     small_len = lengths[small].astype(np.float64).tolist()
     blocked: list = []  # bins full of tokens for now (best_for_fill)
     for j, i in enumerate(small.tolist()):

@@ -27,6 +27,8 @@ that is exactly where the cost model puts them (an aligned block of ≤ G/t rank
 of ``degrees="any"`` may straddle a node boundary that the estimate does not see.
 
 :func:`rank_loads` prices a finished plan with this same model; it is the load the property tests bound.
+The planner prices through a :class:`Pricer` (one per batch): the same numbers, each distinct (length, size,
+engine) priced once, at the stages that can be the heaviest (tests/policies/test_hydra_speed.py).
 """
 
 from __future__ import annotations
