@@ -34,7 +34,7 @@ from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.hydra_order import balance_columns, best_order
+from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile
 from dcpsim.policies.hydra_placement import Bin, Layout, place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, choose_target
 from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid, engine_options, rank_loads
@@ -76,6 +76,7 @@ class HyDra:
     tolerance: float = option(0.05, ge=0.0, le=10.0)  # a fraction of τ
     num_microbatches: int | None = option(None, ge=1)  # None: chosen for 1F1B
     max_seqlen_per_rank: int | None = option(None, ge=1)  # tokens; None: the cost model's memory budget
+    profile: bool = True  # light microbatch heights ramp at both ends (hydra_order.height_profile); False: flat
     name: ClassVar[str]  # set by @register_policy
 
     def __post_init__(self) -> None:
@@ -117,12 +118,16 @@ class HyDra:
         def fill_work(pos: np.ndarray, size: np.ndarray, u: np.ndarray) -> np.ndarray:
             return pricer.work(pos, size, u)
 
+        # Light heights ramp at both ends when the 1F1B recurrence says so (flat when groups, not work, set m).
+        profile = (height_profile(choice.m_light, tau, choice.heavy_heights, job.pp)
+                   if self.profile and choice.m_light and choice.level >= tau * (1 - 1e-9) else None)
         layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance, aligned=self.degrees == "pow2",
                        lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
                        m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
-                       fill_lower=pricer.lower)
+                       light_heights=profile, fill_lower=pricer.lower)
         engines = self._engines(layout.bins, job, pricer)
-        return self._assemble(W, job.pp, layout, engines, ids, M, tau, choice, int(heavy.sum()))
+        return self._assemble(W, job.pp, layout, engines, ids, M, tau, choice, int(heavy.sum()),
+                              0 if profile is None else len(profile))
 
     # ---- step 3: degrees ------------------------------------------------------------------------------
     def _degrees(self, grid, tm, tau: float, lengths: np.ndarray, kmin: np.ndarray, pricer: Pricer):
@@ -227,17 +232,27 @@ class HyDra:
         return out
 
     def _assemble(self, W: int, pp: int, layout: Layout, engines: list[int], ids: np.ndarray, M: int,
-                  tau: float, choice, n_heavy: int) -> Plan:
+                  tau: float, choice, n_heavy: int, n_profile: int = 0) -> Plan:
         """Order the microbatches (1F1B recurrence), balance the columns (aligned mirroring), build the Plan."""
         used = [g for g, b in enumerate(layout.bins) if b.seqs]
         keys = sorted({layout.bins[g].mb for g in used})
+        # a height profile's ramps (its first and last light microbatches below τ) stay at the two ends: the
+        # microbatches placement opened beyond the profile go before the ramp down, the heavy block between
+        first_light = layout.heavy_mbs
+        short = [c < (1.0 + self.tolerance) * tau * (1 - 1e-9)
+                 for c in layout.caps[first_light:first_light + n_profile]]
+        ends = next((i for i, x in enumerate(short) if not x), 0)
+        if ends:
+            prof = [k for k in keys if first_light <= k < first_light + n_profile]
+            extra = [k for k in keys if k >= first_light + n_profile]
+            keys = [k for k in keys if k < first_light] + prof[:len(prof) - ends] + extra + prof[len(prof) - ends:]
         slot = {k: i for i, k in enumerate(keys)}
         height = np.zeros(len(keys))
         for g in used:
             b = layout.bins[g]
             height[slot[b.mb]] = max(height[slot[b.mb]], b.load)
         is_heavy = np.asarray(keys) < layout.heavy_mbs
-        order, _ = best_order(height, is_heavy, pp)
+        order, _ = best_order(height, is_heavy, pp, ends)
         run = {keys[i]: r for r, i in enumerate(order)}  # microbatch key → position in the run order
         loads = np.zeros((len(keys), W))
         for g in used:

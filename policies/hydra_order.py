@@ -34,7 +34,10 @@ def _schedule(m: int, p: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray],
     one level do not depend on each other), and for each operation the index of the operation it waits for
     on the neighbouring stage and of the previous operation on its own stage (−1: none; the caller maps −1
     to a row of zeros). The structure depends on (m, p) only, never on durations: computed once, reused."""
-    phase, mb, dep, prev = [], [], [], []
+    phase: list[int] = []
+    mb: list[int] = []
+    dep: list[int] = []
+    prev: list[int] = []
     index: dict[tuple[int, int, int], int] = {}
     orders = [list(zip(*(a.tolist() for a in stage_order(s, p, m)))) for s in range(p)]
     for s in range(p):
@@ -98,16 +101,21 @@ def makespan(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION) -> floa
     return float(makespans(np.asarray(heights)[None, :], p, phi)[0])
 
 
-def candidate_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> np.ndarray:
+def candidate_orders(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) -> np.ndarray:
     """[C, m] orders to score: light microbatches in their order, the heavy ones as one block (tallest first
-    or last) at positions 0..p and n−p..n among the n light ones (every position when n ≤ 2p + 1)."""
+    or last) at positions 0..p and n−p..n among the n light ones, and every ⌈n/16⌉-th position between
+    (the middle: flanked by tall light microbatches when the light heights ramp up towards it); never inside
+    the first or last ``ends`` light ones (a height profile's ramps stay at the ends)."""
     idx = np.arange(len(heights))
     hv, lt = idx[heavy], idx[~heavy]
     blocks = [hv[np.argsort(-heights[hv], kind="stable")], hv[np.argsort(heights[hv], kind="stable")]]
     if hv.size == 0 or lt.size == 0 or p == 1:
         return np.concatenate([blocks[0], lt])[None, :].astype(np.int64)
     n = lt.size
-    positions = sorted(set(range(min(n, p) + 1)) | set(range(max(0, n - p), n + 1)))
+    positions = sorted(set(range(min(n, p) + 1)) | set(range(max(0, n - p), n + 1))
+                       | set(range(0, n + 1, -(-n // 16))))
+    ends = min(ends, n // 2)
+    positions = [j for j in positions if ends <= j <= n - ends]
     out = np.empty((2 * len(positions), len(heights)), dtype=np.int64)
     r = 0
     for j in positions:
@@ -119,13 +127,42 @@ def candidate_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> np.ndarr
     return out
 
 
-def best_order(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[list[int], float]:
+def best_order(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) -> tuple[list[int], float]:
     """The candidate order (:func:`candidate_orders`) with the smallest 1F1B makespan, and that makespan."""
     heights = np.asarray(heights, dtype=np.float64)
-    orders = candidate_orders(heights, np.asarray(heavy, dtype=bool), p)
+    orders = candidate_orders(heights, np.asarray(heavy, dtype=bool), p, ends)
     t = makespans(heights[orders], p)
     j = int(np.argmin(t))
     return orders[j].tolist(), float(t[j])
+
+
+RAMP_FLOORS = (0.25, 0.5)  # the shortest ramp microbatch as a fraction of τ (candidates)
+
+
+def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) -> np.ndarray:
+    """Target heights of the ``m_light`` light microbatches in run order, chosen with the 1F1B recurrence.
+
+    A pipeline column fills for the forwards of its first microbatches and drains for the backwards of its
+    last ones, about (p − 1)·(φ·h_first + (1 − φ)·h_last) of idle per stage: short microbatches at both ends
+    shrink it. Candidates ramp r = 1..min(p, ⌊m/3⌋) microbatches at each end linearly from a·τ up towards τ
+    (a in ``RAMP_FLOORS``) and raise the middle ones so that the total Σh = m·τ is kept (the same work); each
+    is scored with the heavy microbatches at their best position (:func:`best_order`), and the flat profile
+    (every height τ) stays a candidate, so the choice is never worse than flat by the recurrence."""
+    flat = np.full(m_light, float(tau))
+    if m_light < 3 or p == 1:
+        return flat
+    hv = np.asarray(heavy_heights, dtype=np.float64)
+    profiles, ramps = [flat], [0]
+    for r in range(1, min(p, m_light // 3) + 1):
+        for a in RAMP_FLOORS:
+            ramp = tau * (a + (1.0 - a) * np.arange(r) / r)
+            mid = m_light - 2 * r
+            raise_to = tau + 2.0 * float((tau - ramp).sum()) / mid
+            profiles.append(np.r_[ramp, np.full(mid, raise_to), ramp[::-1]])
+            ramps.append(r)
+    heavy = np.r_[np.ones(hv.size, dtype=bool), np.zeros(m_light, dtype=bool)]
+    scores = [best_order(np.r_[hv, h], heavy, p, r)[1] for h, r in zip(profiles, ramps)]
+    return profiles[int(np.argmin(np.asarray(scores) * (1 + 1e-9 * np.arange(len(scores)))))]
 
 
 def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.ndarray:

@@ -77,11 +77,13 @@ class _Packer:
         self.cursor: list[int] = []
         self.classes: dict[tuple[int, int], list[tuple[float, int, int]]] = {}
         self.free: list[tuple[int, float, int]] = []  # (-free ranks, -cap, mb): most free ranks first
+        self.short = 0  # microbatches below τ (a height profile's ramps)
 
     # ---- microbatches and bins ----------------------------------------------------------------------
-    def new_mb(self, height: float = 0.0) -> int:
+    def new_mb(self, height: float = 0.0, exact: bool = False) -> int:
+        """A new microbatch of capacity (1 + tol) · max(τ, height), or (1 + tol) · height if ``exact``."""
         k = len(self.caps)
-        self.caps.append((1.0 + self.tol) * max(self.tau, height))
+        self.caps.append((1.0 + self.tol) * (height if exact else max(self.tau, height)))
         self.cursor.append(0)
         heapq.heappush(self.free, (-self.W, -self.caps[k], k))
         return k
@@ -117,17 +119,21 @@ class _Packer:
         b.version += 1
         self.push(gid)
 
-    def roomiest_mb(self, size: int) -> int | None:
-        """The microbatch with the most free ranks that can carve ``size`` (lazy: stale entries dropped)."""
-        aside, found = [], None
-        while self.free and len(aside) < PROBES:
+    def roomiest_mb(self, size: int, load: float = 0.0) -> int | None:
+        """The microbatch with the most free ranks that can carve ``size`` and whose height (capacity without
+        the tolerance) holds ``load`` (lazy: stale entries dropped; short microbatches of a height profile are
+        passed over, at most ``PROBES`` + 2 · their number)."""
+        aside: list[tuple[int, float, int]] = []
+        found = None
+        while self.free and len(aside) < PROBES + 2 * self.short:
             nf, _ncap, k = self.free[0]
             if -nf != self.W - self.cursor[k]:
                 heapq.heappop(self.free)
                 continue
             if -nf < size:
                 break
-            if self.fits_block(k, size):
+            if self.fits_block(k, size) and (not self.short
+                                             or load <= self.caps[k] / (1.0 + self.tol) * (1 + 1e-12)):
                 found = k
                 break
             aside.append(heapq.heappop(self.free))
@@ -178,7 +184,8 @@ class _Packer:
         heap = self.classes.get(cls)
         if not heap:
             return None
-        aside, found = [], None
+        aside: list[tuple[float, int, int]] = []  # entries of the class's heap
+        found = None
         while len(aside) < PROBES:
             top = self._peek(cls, heap)
             if top is None:
@@ -223,13 +230,15 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
           order_key: np.ndarray, overhead: dict[tuple[int, int], float], fill: tuple[int, int],
           slowdown: np.ndarray | None = None,
           fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
-          fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None) -> Layout:
+          fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None,
+          light_heights: np.ndarray | None = None) -> Layout:
     """Place every sequence (positions 0..n−1).
 
     ``sizes``, ``ulysses``, ``shares``: each sequence's degree, planning engine and per-rank work there;
     ``heavy``: set apart; ``order_key``: tie-break (the sequence ids); ``overhead[(size, u)]``: a group's fixed
     load; ``slowdown`` ([W] or None): each pool rank's slow-down factor, dividing the capacity of its groups; ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, sizes, u)`` (elementwise)
-    prices fill sequences in another class, ``fill_lower`` (optional) a lower bound of that price (or None)."""
+    prices fill sequences in another class, ``fill_lower`` (optional) a lower bound of that price (or None); ``light_heights``: the target height of each light microbatch in
+    run order (None: τ for all ``m_light``); those below τ take only fill sequences (phase B)."""
     pk = _Packer(pool, budget, tau, tol, aligned, overhead, slowdown)
     tok = lengths / sizes
     is_fill = ~heavy & (sizes == fill[0]) & (ulysses == fill[1])
@@ -244,8 +253,13 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
         pk.carve(k, int(sizes[i]), int(ulysses[i]))
         pk.add(len(pk.bins) - 1, i, float(shares[i]), float(tok[i]))
     heavy_mbs = len(pk.caps)
-    for _ in range(m_light):
-        pk.new_mb()
+    if light_heights is None:
+        for _ in range(m_light):
+            pk.new_mb()
+    else:  # a height profile (hydra_order.height_profile): short microbatches are kept for the fill
+        for h in np.asarray(light_heights, dtype=np.float64).tolist():
+            pk.new_mb(h, exact=True)
+            pk.short += h < tau
     # Phase A: the structure.
     big = np.flatnonzero(~heavy & ~is_fill)
     big = big[np.lexsort((order_key[big], -shares[big], -sizes[big]))]
@@ -253,7 +267,7 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
         c, u, w, t = int(sizes[i]), int(ulysses[i]), float(shares[i]), float(tok[i])
         hit = pk.best_in_class((c, u), w, t, strict=True)
         if hit is None:
-            k = pk.roomiest_mb(c)
+            k = pk.roomiest_mb(c, pk.overhead[c, u] + w)
             if k is None:
                 hit = pk.best_in_class((c, u), w, t, strict=False)
                 if hit is None:
@@ -273,7 +287,8 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     # work there exceeds the class's room now never goes there: ``fill_lower`` (a lower bound of the work,
     # None: none) screens them out, and only the others are priced.
     work_at = {fill: shares[small]}
-    ask = []  # (class, where in small, the screen's array or None): priced together in one fill_work call
+    # (class, where in small, the screen's array or None): priced together in one fill_work call
+    ask: list[tuple[tuple[int, int], np.ndarray, np.ndarray]] = []
     for cls in classes:
         if cls != fill:
             lower = fill_lower(small, *cls) if fill_lower is not None else None
