@@ -34,7 +34,7 @@ from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile
+from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile, makespan
 from dcpsim.policies.hydra_placement import Bin, Layout, place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, choose_target
 from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid, engine_options, rank_loads
@@ -77,6 +77,7 @@ class HyDra:
     num_microbatches: int | None = option(None, ge=1)  # None: chosen for 1F1B
     max_seqlen_per_rank: int | None = option(None, ge=1)  # tokens; None: the cost model's memory budget
     profile: bool = True  # light microbatch heights ramp at both ends (hydra_order.height_profile); False: flat
+    m_candidates: int = option(3, ge=1)  # microbatch counts planned: m, ⌈m/2⌉, …, ⌈m/k⌉; best by the recurrence
     name: ClassVar[str]  # set by @register_policy
 
     def __post_init__(self) -> None:
@@ -105,29 +106,50 @@ class HyDra:
         tm = build_target_model(grid)
         choice = choose_target(grid, tm, W, job.pp, lengths, M, self.num_microbatches,
                                capacity=None if slow is None else float((1.0 / slow).sum()))
-        tau = choice.tau
-        k_seq, u_seq, heavy = self._degrees(grid, tm, tau, lengths, kmin, pricer)
-        sizes = D[k_seq]
-        u_seq, shares, ovh = self._planning_engines(sizes, u_seq, heavy, lengths, tau, job, pricer)
-        at_fill = np.flatnonzero((sizes == D[0]) & ~heavy)
-        fill = (int(D[0]), int(u_seq[at_fill[0]]) if at_fill.size
-                else engine_options(int(D[0]), self.cp_engine, job)[0])
-        if fill not in ovh:
-            ovh[fill] = float(pricer.overhead(np.array([fill[0]]), np.array([fill[1]]))[0])
 
-        def fill_work(pos: np.ndarray, size: np.ndarray, u: np.ndarray) -> np.ndarray:
-            return pricer.work(pos, size, u)
+        def build(choice) -> tuple[Plan, float]:
+            tau = choice.tau
+            k_seq, u_seq, heavy = self._degrees(grid, tm, tau, lengths, kmin, pricer)
+            sizes = D[k_seq]
+            u_seq, shares, ovh = self._planning_engines(sizes, u_seq, heavy, lengths, tau, job, pricer)
+            at_fill = np.flatnonzero((sizes == D[0]) & ~heavy)
+            fill = (int(D[0]), int(u_seq[at_fill[0]]) if at_fill.size
+                    else engine_options(int(D[0]), self.cp_engine, job)[0])
+            if fill not in ovh:
+                ovh[fill] = float(pricer.overhead(np.array([fill[0]]), np.array([fill[1]]))[0])
 
-        # Light heights ramp at both ends when the 1F1B recurrence says so (flat when groups, not work, set m).
-        profile = (height_profile(choice.m_light, tau, choice.heavy_heights, job.pp)
-                   if self.profile and choice.m_light and choice.level >= tau * (1 - 1e-9) else None)
-        layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance, aligned=self.degrees == "pow2",
-                       lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
-                       m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
-                       light_heights=profile, fill_lower=pricer.lower)
-        engines = self._engines(layout.bins, job, pricer)
-        return self._assemble(W, job.pp, layout, engines, ids, M, tau, choice, int(heavy.sum()),
-                              0 if profile is None else len(profile))
+            def fill_work(pos: np.ndarray, size: np.ndarray, u: np.ndarray) -> np.ndarray:
+                return pricer.work(pos, size, u)
+
+            # Light heights ramp at both ends when the 1F1B recurrence says so (flat when groups, not work, set m).
+            profile = (height_profile(choice.m_light, tau, choice.heavy_heights, job.pp)
+                       if self.profile and choice.m_light and choice.level >= tau * (1 - 1e-9) else None)
+            layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance,
+                           aligned=self.degrees == "pow2", lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
+                           m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
+                           light_heights=profile, fill_lower=pricer.lower)
+            engines = self._engines(layout.bins, job, pricer)
+            return self._assemble(W, job.pp, layout, engines, ids, M, tau, choice, int(heavy.sum()),
+                                  0 if profile is None else len(profile))
+
+        plan, score = build(choice)
+        if self.num_microbatches is None:
+            # The closed-form pick of m misses at times (h100-512-256k seed 0: 85 microbatches, 36 is 8% faster):
+            # plan ⌈m/2⌉ and ⌈m/3⌉ too and keep the plan whose own microbatch heights run fastest through the
+            # 1F1B recurrence (which ranks plans as the simulator does on the shipped scenarios; docs/hydra.md §5).
+            m0 = choice.m_light + choice.m_heavy
+            for d in range(2, self.m_candidates + 1):
+                m_alt = -(-m0 // d)
+                if m_alt < 2 * job.pp or m_alt <= choice.m_heavy:
+                    continue
+                alt = choose_target(grid, tm, W, job.pp, lengths, M, m_alt,
+                                    capacity=None if slow is None else float((1.0 / slow).sum()))
+                if alt.m_light + alt.m_heavy >= m0:
+                    continue
+                p_alt, s_alt = build(alt)
+                if s_alt < score * (1 - 1e-9):
+                    plan, score = p_alt, s_alt
+        return plan
 
     # ---- step 3: degrees ------------------------------------------------------------------------------
     def _degrees(self, grid, tm, tau: float, lengths: np.ndarray, kmin: np.ndarray, pricer: Pricer):
@@ -232,7 +254,7 @@ class HyDra:
         return out
 
     def _assemble(self, W: int, pp: int, layout: Layout, engines: list[int], ids: np.ndarray, M: int,
-                  tau: float, choice, n_heavy: int, n_profile: int = 0) -> Plan:
+                  tau: float, choice, n_heavy: int, n_profile: int = 0) -> tuple[Plan, float]:
         """Order the microbatches (1F1B recurrence), balance the columns (aligned mirroring), build the Plan."""
         used = [g for g, b in enumerate(layout.bins) if b.seqs]
         keys = sorted({layout.bins[g].mb for g in used})
@@ -278,9 +300,11 @@ class HyDra:
             groups[r].append((first, CPGroup(tuple(range(first, first + b.size)),
                                              tuple(map(id_of.__getitem__, b.seqs)), engine)))
         caps = [layout.caps[keys[i]] for i in order]
+        score = makespan(loads.max(axis=1), pp) if len(keys) else 0.0  # the plan's heights through 1F1B
         return make_plan(
             self.name, W, [[grp for _, grp in sorted(gs, key=lambda x: x[0])] for gs in groups],
             target_s=tau, tolerance=self.tolerance, num_microbatches=len(keys),
             chosen_microbatches=choice.m_light + choice.m_heavy, heavy_sequences=n_heavy,
             heavy_microbatches=layout.heavy_mbs, microbatch_caps_s=caps, max_tokens_per_rank=M,
-            estimate_s=choice.estimate_s, degrees=self.degrees, cp_engine=self.cp_engine)
+            estimate_s=choice.estimate_s, recurrence_s=score, degrees=self.degrees,
+            cp_engine=self.cp_engine), score

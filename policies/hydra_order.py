@@ -139,6 +139,18 @@ def best_order(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) ->
 RAMP_FLOORS = (0.25, 0.5)  # the shortest ramp microbatch as a fraction of τ (candidates)
 
 
+def ramped(m_light: int, tau: float, p: int, r: int | None = None, a: float = RAMP_FLOORS[0]
+           ) -> tuple[np.ndarray, int]:
+    """``m_light`` heights that ramp linearly from a·τ towards τ over r microbatches at each end (r = min(p, ⌊m/3⌋)
+    unless given), the middle raised so that Σh = m·τ; and r. Flat (r = 0) when m < 3 or p = 1."""
+    r = min(p, m_light // 3) if r is None else r
+    if r < 1 or p == 1:
+        return np.full(m_light, float(tau)), 0
+    ramp = tau * (a + (1.0 - a) * np.arange(r) / r)
+    mid = m_light - 2 * r
+    return np.r_[ramp, np.full(mid, tau + 2.0 * float((tau - ramp).sum()) / mid), ramp[::-1]], r
+
+
 def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) -> np.ndarray:
     """Target heights of the ``m_light`` light microbatches in run order, chosen with the 1F1B recurrence.
 
@@ -155,10 +167,7 @@ def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) 
     profiles, ramps = [flat], [0]
     for r in range(1, min(p, m_light // 3) + 1):
         for a in RAMP_FLOORS:
-            ramp = tau * (a + (1.0 - a) * np.arange(r) / r)
-            mid = m_light - 2 * r
-            raise_to = tau + 2.0 * float((tau - ramp).sum()) / mid
-            profiles.append(np.r_[ramp, np.full(mid, raise_to), ramp[::-1]])
+            profiles.append(ramped(m_light, tau, p, r, a)[0])
             ramps.append(r)
     heavy = np.r_[np.ones(hv.size, dtype=bool), np.zeros(m_light, dtype=bool)]
     scores = [best_order(np.r_[hv, h], heavy, p, r)[1] for h, r in zip(profiles, ramps)]

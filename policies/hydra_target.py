@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dcpsim.policies.hydra_order import best_order
+from dcpsim.policies.hydra_order import best_order, ramped
 from dcpsim.policies.hydra_work import WorkGrid
 
 TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
@@ -117,7 +117,7 @@ def cell_degrees(grid: WorkGrid, tm: TargetModel, tau: float) -> tuple[np.ndarra
     ok = alone_load(grid) <= tau
     heavy = ~ok.any(axis=1)
     k = np.where(heavy, tm.heavy_k, np.argmax(ok, axis=1))
-    return k, heavy
+    return k, np.asarray(heavy)
 
 
 def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.ndarray, np.ndarray]:
@@ -248,7 +248,7 @@ class TargetSearch:
 
 def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
                   num_microbatches: int | None = None, span: int = 8,
-                  capacity: float | None = None) -> TargetChoice:
+                  capacity: float | None = None, ramp: bool = False) -> TargetChoice:
     """The (τ, m) with the smallest 1F1B estimate; m fixed when ``num_microbatches`` is given (as far as the
     heavy sequences and the groups allow).
 
@@ -283,9 +283,10 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
     for i, ch in enumerate(feasible):
         t = ch.estimate_s
         if i in refine:
-            heights = np.r_[ch.heavy_heights, np.full(ch.m_light, ch.level)]
+            light, r = ramped(ch.m_light, ch.level, pp) if ramp else (np.full(ch.m_light, ch.level), 0)
+            heights = np.r_[ch.heavy_heights, light]
             heavy = np.r_[np.ones(ch.m_heavy, dtype=bool), np.zeros(ch.m_light, dtype=bool)]
-            t = best_order(heights, heavy, pp)[1]
+            t = best_order(heights, heavy, pp, r)[1]
         if t < best_t * (1 - 1e-9):
             best, best_t = ch, t
     return replace(best, estimate_s=float(best_t))
