@@ -1,0 +1,91 @@
+"""HyDra's microbatch height profile (hydra_order.ramped / height_profile), the ramps' place in the run order,
+and the choice among several microbatch counts (option m_candidates)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
+from dcpsim.policies import create_policy, validate_plan
+from dcpsim.policies.hydra import rank_loads
+from dcpsim.policies.hydra_order import best_order, height_profile, makespan, ramped
+from dcpsim.traces import get_preset
+from dcpsim.traces.batching import GlobalBatch
+
+
+def test_ramped_by_hand() -> None:
+    # m = 9, τ = 1, p = 4: r = min(4, 3) = 3; a = 0.25: ramp 0.25, 0.5, 0.75 (0.25 + 0.75·j/3); the ramps leave
+    # 2 · (0.75 + 0.5 + 0.25) = 3 for the 3 middle ones: 1 + 3/3 = 2 each.
+    h, r = ramped(9, 1.0, 4)
+    assert r == 3
+    assert h == pytest.approx([0.25, 0.5, 0.75, 2.0, 2.0, 2.0, 0.75, 0.5, 0.25])
+    assert h.sum() == pytest.approx(9.0)  # the same work
+    flat, r0 = ramped(2, 1.0, 4)  # fewer than 3 microbatches: flat
+    assert r0 == 0 and flat.tolist() == [1.0, 1.0]
+
+
+def test_ramp_shortens_fill_and_drain() -> None:
+    # Uniform 1F1B over m microbatches of height h on p stages takes (m + p − 1)·h: 7 for m = 6, p = 2, h = 1.
+    # The same work ramped, [0.5, 1.25 × 4, 0.5], cannot beat Σh + φ·h_first + (1 − φ)·h_last = 6.5 (stage 1
+    # waits for F0 on stage 0, and stage 0 ends with B of the last after stage 1's) and must beat the flat 7.
+    assert makespan(np.ones(6), 2, phi=0.5) == pytest.approx(7.0)
+    t = makespan(np.array([0.5, 1.25, 1.25, 1.25, 1.25, 0.5]), 2, phi=0.5)
+    assert 6.5 - 1e-12 <= t < 7.0
+
+
+@pytest.mark.parametrize("m,p", [(3, 2), (8, 4), (20, 4), (40, 8)])
+def test_height_profile_never_worse_than_flat_by_the_recurrence(m: int, p: int) -> None:
+    rng = np.random.default_rng(m * p)
+    hv = rng.uniform(1.0, 3.0, size=3)
+    prof = height_profile(m, 1.0, hv, p)
+    assert prof.sum() == pytest.approx(m)  # work kept
+    heavy = np.r_[np.ones(3, dtype=bool), np.zeros(m, dtype=bool)]
+    ends = int(np.argmax(prof >= 1.0 - 1e-12))
+    t_prof = best_order(np.r_[hv, prof], heavy, p, ends)[1]
+    t_flat = best_order(np.r_[hv, np.ones(m)], heavy, p)[1]
+    assert t_prof <= t_flat * (1 + 1e-12)
+    assert t_prof < t_flat  # and here strictly better: the ramps cut the fill and drain
+
+
+def test_heavy_block_never_inside_the_ramps() -> None:
+    h = np.r_[5.0, ramped(12, 1.0, 4)[0]]
+    heavy = np.r_[True, np.zeros(12, dtype=bool)]
+    order, _ = best_order(h, heavy, 4, ends=4)
+    j = order.index(0)
+    assert 4 <= j <= 13 - 1 - 4  # at least the 4 ramp-up before it and the 4 ramp-down after it
+
+
+def _case(pool: int = 16, pp: int = 4, n: int = 320, seed: int = 3):
+    job = JobSpec(get_model("llama3-8b"), get_gpu("h200"), tp=1, pp=pp, pool=pool, context_len=131072,
+                  max_tokens_per_rank=16384)
+    cm = AnalyticCostModel(job)
+    L = np.minimum(get_preset("256k").sample(n, seed), 131072).astype(np.int64)
+    return job, cm, GlobalBatch.of(L)
+
+
+def test_profiled_plan_is_valid_and_ramps_sit_at_the_ends() -> None:
+    job, cm, batch = _case()
+    plan = create_policy("hydra").plan(batch, job, cm)
+    validate_plan(plan, batch, max_tokens_per_rank=cm.max_tokens_per_rank(),
+                  kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank)
+    h = rank_loads(plan, batch, cm).max(axis=1)
+    # the first and last microbatches are shorter than the tallest light ones in the middle
+    assert h[0] < np.median(h) and h[-1] < np.median(h)
+    flat = create_policy("hydra", profile=False, m_candidates=1).plan(batch, job, cm)
+    hf = rank_loads(flat, batch, cm).max(axis=1)
+    assert makespan(h, job.pp) <= makespan(hf, job.pp) * (1 + 1e-9) or plan.num_microbatches != flat.num_microbatches
+
+
+def test_m_candidates_keeps_the_plan_with_the_best_recurrence() -> None:
+    job, cm, batch = _case(pool=32, pp=8, n=900, seed=5)
+    one = create_policy("hydra", m_candidates=1).plan(batch, job, cm)
+    three = create_policy("hydra").plan(batch, job, cm)
+    assert three.meta["recurrence_s"] <= one.meta["recurrence_s"] * (1 + 1e-12)
+    # the recorded score is the recurrence over the plan's own heights
+    h = rank_loads(three, batch, cm).max(axis=1)
+    assert three.meta["recurrence_s"] == pytest.approx(makespan(h, job.pp), rel=1e-6)
+    # a fixed microbatch count is not second-guessed: the same plan with one candidate or three
+    a = create_policy("hydra", num_microbatches=12).plan(batch, job, cm)
+    b = create_policy("hydra", num_microbatches=12, m_candidates=1).plan(batch, job, cm)
+    assert a.microbatches == b.microbatches
