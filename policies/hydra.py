@@ -76,8 +76,11 @@ class HyDra:
     tolerance: float = option(0.05, ge=0.0, le=10.0)  # a fraction of τ
     num_microbatches: int | None = option(None, ge=1)  # None: chosen for 1F1B
     max_seqlen_per_rank: int | None = option(None, ge=1)  # tokens; None: the cost model's memory budget
-    profile: bool = True  # light microbatch heights ramp at both ends (hydra_order.height_profile); False: flat
-    m_candidates: int = option(3, ge=1)  # microbatch counts planned: m, ⌈m/2⌉, …, ⌈m/k⌉; best by the recurrence
+    # light microbatch heights ramp at both ends (hydra_order.height_profile); False: flat; None: on unless the
+    # cost model leaves fixed costs out (CostTerms.fixed_costs off, e.g. --cost-terms legacy: the first plans)
+    profile: bool | None = None
+    # microbatch counts planned: m, ⌈m/2⌉, …, ⌈m/k⌉, the best by the recurrence; None: 3 (1 without fixed costs)
+    m_candidates: int | None = option(None, ge=1)
     name: ClassVar[str]  # set by @register_policy
 
     def __post_init__(self) -> None:
@@ -107,6 +110,10 @@ class HyDra:
         choice = choose_target(grid, tm, W, job.pp, lengths, M, self.num_microbatches,
                                capacity=None if slow is None else float((1.0 / slow).sum()))
 
+        first_version = not grid.extra_overhead  # no fixed costs priced: plan as the first version did
+        use_profile = (not first_version) if self.profile is None else self.profile
+        candidates = (1 if first_version else 3) if self.m_candidates is None else self.m_candidates
+
         def build(choice) -> tuple[Plan, float]:
             tau = choice.tau
             k_seq, u_seq, heavy = self._degrees(grid, tm, tau, lengths, kmin, pricer)
@@ -123,7 +130,7 @@ class HyDra:
 
             # Light heights ramp at both ends when the 1F1B recurrence says so (flat when groups, not work, set m).
             profile = (height_profile(choice.m_light, tau, choice.heavy_heights, job.pp)
-                       if self.profile and choice.m_light and choice.level >= tau * (1 - 1e-9) else None)
+                       if use_profile and choice.m_light and choice.level >= tau * (1 - 1e-9) else None)
             layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance,
                            aligned=self.degrees == "pow2", lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
                            m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
@@ -138,7 +145,7 @@ class HyDra:
             # plan ⌈m/2⌉ and ⌈m/3⌉ too and keep the plan whose own microbatch heights run fastest through the
             # 1F1B recurrence (which ranks plans as the simulator does on the shipped scenarios; docs/hydra.md §5).
             m0 = choice.m_light + choice.m_heavy
-            for d in range(2, self.m_candidates + 1):
+            for d in range(2, candidates + 1):
                 m_alt = -(-m0 // d)
                 if m_alt < 2 * job.pp or m_alt <= choice.m_heavy:
                     continue

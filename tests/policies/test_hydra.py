@@ -45,8 +45,8 @@ def test_registered_with_its_options() -> None:
     assert "hydra" in available_policies()
     opts = policy_options("hydra")
     assert opts == {"cp_engine": "auto", "degrees": "pow2", "min_cp_size": 1, "tolerance": 0.05,
-                    "num_microbatches": None, "max_seqlen_per_rank": None, "profile": True,
-                    "m_candidates": 3}
+                    "num_microbatches": None, "max_seqlen_per_rank": None, "profile": None,
+                    "m_candidates": None}
     assert isinstance(create_policy("hydra", cp_engine="ring"), HyDra)
 
 
