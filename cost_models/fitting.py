@@ -382,14 +382,16 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
     else:
         terms.append(OpFit("attn_fwd", "base", {"peak_tflops": fwd.peak_tflops, "half": fwd.half},
                            note=f"no causal rows; from {base.name}"))
-    derived = None if kbc in groups else _derive_causal_bwd(groups, rows, kernel, d) if kernel else None
+    derived = (None if kbc in groups else _derive_causal_bwd(groups, rows, kernel, d)
+               if kernel and d is not None else None)
     if kbc in groups:
         bwd = groups[kbc]
         terms.append(_curve_term("attn_bwd", rows[kbc], bwd, "fitted", f"{kernel} causal d{d}"))
     elif derived is not None:
         bwd = derived
         kbn = (kernel, "attn_bwd", 0, d)
-        t = _curve_term("attn_bwd", rows[kbn], groups[kbn], "derived")
+        # type: ignore: a derived curve exists only when kernel and d are set (mypy sees str | None, int | None)
+        t = _curve_term("attn_bwd", rows[kbn], groups[kbn], "derived")  # type: ignore[index]
         terms.append(replace(t, params={"peak_tflops": bwd.peak_tflops, "half": bwd.half},
                              note=f"{kernel} d{d} full bwd x causal/full fwd (errors: full bwd)"))
     else:
@@ -440,11 +442,11 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
                                             for k in groups if k[3] == d}, fwd_bwd))
     cal = replace(cal, attention=dict(sorted(backends.items())))
     profiled = {backend_of_kernel(k[0]) for k in groups}
-    for b, ac in sorted(backends.items()):
-        derived = ", ".join(ac.derived) or "none"
-        terms.append(OpFit(f"attention:{b}", "fitted" if b in profiled else "base",
+    for backend, ac in sorted(backends.items()):
+        derived_names = ", ".join(ac.derived) or "none"
+        terms.append(OpFit(f"attention:{backend}", "fitted" if backend in profiled else "base",
                            {"peak_tflops": ac.fwd_causal.peak_tflops, "half": ac.fwd_causal.half},
-                           note=f"causal forward of kernel {ac.kernel} d{d}; derived: {derived}"))
+                           note=f"causal forward of kernel {ac.kernel} d{d}; derived: {derived_names}"))
     cal, layer_terms = _fit_layer_overhead(profile, cal)
     cal, ring_terms = _fit_ring_overhead(profile, cal)
     layer_terms = layer_terms + ring_terms

@@ -108,7 +108,7 @@ def _check_layer(ints: dict[str, int | None], rec: dict[str, str], origin: str, 
         elif ints[f] != want:
             raise _fail(origin, row, f, rec.get(f, ""), f"a {rec['op']} row times one causal document of "
                                                         f"tokens = {n} tokens: {f} must be empty or {want}")
-    if ints["heads"] % ints["kv_heads"]:
+    if ints["heads"] % ints["kv_heads"]:  # type: ignore[operator]  # NEEDS[op] made both non-empty
         raise _fail(origin, row, "kv_heads", rec["kv_heads"], f"must divide heads = {ints['heads']}")
 
 
@@ -135,7 +135,7 @@ def validate_profile(raw: pd.DataFrame, origin: str = "profile") -> pd.DataFrame
         if op in COLLECTIVES or op in RING_OPS:
             if link not in LINKS:
                 raise _fail(origin, i, "link", link, f"op {op} needs a link: {' or '.join(LINKS)}")
-            if ints["group_size"] < 2:
+            if ints["group_size"] < 2:  # type: ignore[operator]  # NEEDS[op] made it non-empty
                 raise _fail(origin, i, "group_size", rec["group_size"], "a collective needs ≥ 2 ranks")
         try:
             sec = float(rec["seconds"])

@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
           "one process")
     print("  ".join(h.rjust(wd) for h, wd in zip(header, widths)))
     print("  ".join("-" * wd for wd in widths))
-    for t in table:
-        print("  ".join(x.rjust(wd) for x, wd in zip(t, widths)))
+    for cells in table:
+        print("  ".join(x.rjust(wd) for x, wd in zip(cells, widths)))
     return 0
 
 

@@ -26,6 +26,8 @@ import io
 import pstats
 import sys
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from dcpsim.experiments.runner import PolicySpec, build_policy
 from dcpsim.experiments.scenario_files import load_scenario
@@ -38,10 +40,13 @@ DEFAULT_SCENARIOS = ("h100-512-256k", "prod-2048-256k", "prod-11264-256k")
 DEFAULT_POLICIES = ("static-cp", "mcore-dcp", "hydra")
 
 
-def best_of(fn, repeats: int) -> tuple[float, object]:
-    """Best wall time of ``repeats`` calls of ``fn()`` and the last result."""
-    best, out = float("inf"), None
-    for _ in range(repeats):
+T = TypeVar("T")
+
+
+def best_of(fn: Callable[[], T], repeats: int) -> tuple[float, T]:
+    """Best wall time of ``repeats`` (at least one) calls of ``fn()`` and the last result."""
+    best = float("inf")
+    for _ in range(max(repeats, 1)):
         t0 = time.perf_counter()
         out = fn()
         best = min(best, time.perf_counter() - t0)

@@ -70,9 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_model(args: argparse.Namespace) -> ModelSpec:
     """The one-layer model of the command line: a preset with explicit sizes overriding it."""
     base = get_model(args.model) if args.model else None
-    if base is None and args.heads is None:
+    heads = args.heads or (base.heads if base else None)
+    if heads is None:
         raise ScenarioError("give a model: --model PRESET or at least --heads (with --head-dim, --kv-heads)")
-    heads = args.heads or base.heads
     head_dim = args.head_dim or (base.head_dim if base else 128)
     hidden = args.hidden or (base.hidden if base else heads * head_dim)
     ffn = args.ffn or (base.ffn if base else round(3.5 * hidden))

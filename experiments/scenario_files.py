@@ -91,9 +91,9 @@ def scenario_from_mapping(d: dict[str, Any], origin: str) -> Scenario:
                 check_shared_options(v)
             except PolicyError as e:
                 raise ScenarioError(f"{origin}: [policy_options] {e}") from None
-        elif FIELD_TYPES.get(k) is not None:  # a scalar field, checked by its annotation (Optional included)
+        elif (ot := FIELD_TYPES.get(k)) is not None:  # a scalar field, by its annotation (Optional included)
             try:
-                v = FIELD_TYPES[k].parse(v)  # type: ignore[union-attr]  # not None: tested above
+                v = ot.parse(v)
             except ValueError as e:
                 raise ScenarioError(f"{origin}: {k} = {v!r} is invalid: {e}") from None
             if k in ("slow_ranks", "stragglers"):  # their syntax, checked here (ranges: by the job)

@@ -78,7 +78,14 @@ def assign_engines(plan: Plan, kind: str, job: JobSpec, cost_model: CostModel, b
         chosen = [engine_for(kind, g.size, job) for g in groups]
     else:
         length_of = dict(zip(np.asarray(batch.seq_ids).tolist(), np.asarray(batch.lengths).tolist()))
-        lens, gids, sizes, us, firsts, owner, members, member_of = [], [], [], [], [], [], [], []
+        lens: list[int] = []
+        gids: list[int] = []
+        sizes: list[int] = []
+        us: list[int] = []
+        firsts: list[int] = []
+        owner: list[int] = []
+        members: list[int] = []
+        member_of: list[int] = []
         for gi, g in enumerate(groups):
             for u in ulysses_degrees(g.size, job):
                 cand = len(sizes)
@@ -96,7 +103,7 @@ def assign_engines(plan: Plan, kind: str, job: JobSpec, cost_model: CostModel, b
                         np.asarray(member_of, dtype=np.int64))
         total = cost_model.group_costs(gb).total_s
         owner_a = np.asarray(owner)
-        best_u = {}
+        best_u: dict[int, int] = {}
         for cand in np.lexsort((np.asarray(us), total, owner_a)):  # per group: cheapest, then smaller u
             best_u.setdefault(int(owner_a[cand]), int(us[cand]))
         chosen = [engine_from_ulysses(g.size, best_u[gi]) for gi, g in enumerate(groups)]

@@ -337,7 +337,13 @@ def rank_loads(plan: Plan, batch: GlobalBatch, cost_model: CostModel) -> np.ndar
     ids = np.asarray(batch.seq_ids, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     lengths = np.asarray(batch.lengths, dtype=np.int64)
-    g_size, g_u, g_mb, s_id, s_g, m_rank, m_g = [], [], [], [], [], [], []
+    g_size: list[int] = []
+    g_u: list[int] = []
+    g_mb: list[int] = []
+    s_id: list[int] = []
+    s_g: list[int] = []
+    m_rank: list[int] = []
+    m_g: list[int] = []
     gi = 0
     for k, mb in enumerate(plan.microbatches):
         for g in mb.groups:

@@ -88,7 +88,9 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
 def _edges(fp: FlatPlan, p: int, xfer: np.ndarray):
     """Dependency edges (src op, dst op, delay) as CSR arrays over the 2·p·G operations."""
     G, m = fp.num_groups, fp.num_microbatches
-    src, dst, delay = [], [], []
+    src_l: list[np.ndarray] = []
+    dst_l: list[np.ndarray] = []
+    delay_l: list[np.ndarray] = []
     mrank, mgroup = fp.member_rank, fp.member_group
     for s in range(p):
         # Rank order: consecutive operations of each member at this stage.
@@ -99,15 +101,15 @@ def _edges(fp: FlatPlan, p: int, xfer: np.ndarray):
         op = (s * G + grp) * 2 + ph
         idx = np.lexsort((pos, rank))
         same = rank[idx][1:] == rank[idx][:-1]
-        src.append(op[idx][:-1][same])
-        dst.append(op[idx][1:][same])
-        delay.append(np.zeros(int(same.sum())))
+        src_l.append(op[idx][:-1][same])
+        dst_l.append(op[idx][1:][same])
+        delay_l.append(np.zeros(int(same.sum())))
         g = np.arange(G)
         if s < p - 1:  # activations forward, gradients backward
-            src += [(s * G + g) * 2, ((s + 1) * G + g) * 2 + 1]
-            dst += [((s + 1) * G + g) * 2, (s * G + g) * 2 + 1]
-            delay += [xfer[s], xfer[s]]
-    src, dst, delay = np.concatenate(src), np.concatenate(dst), np.concatenate(delay)
+            src_l += [(s * G + g) * 2, ((s + 1) * G + g) * 2 + 1]
+            dst_l += [((s + 1) * G + g) * 2, (s * G + g) * 2 + 1]
+            delay_l += [xfer[s], xfer[s]]
+    src, dst, delay = np.concatenate(src_l), np.concatenate(dst_l), np.concatenate(delay_l)
     n_ops = 2 * p * G
     key = src * n_ops + dst
     key, first = np.unique(key, return_index=True)  # a group after a group of the same ranks: one edge
@@ -136,7 +138,8 @@ def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
     def begin(op: int) -> None:
         start[op] = env.now
         order.append(op)
-        env.timeout(dur[op]).callbacks.append(lambda _e, op=op: finish(op))
+        # type: ignore: mypy cannot infer a lambda whose default binds the loop value
+        env.timeout(dur[op]).callbacks.append(lambda _e, op=op: finish(op))  # type: ignore[misc]
 
     def arrive(op: int, dep_end: float) -> None:
         ready[op] = max(ready[op], dep_end)
@@ -150,7 +153,8 @@ def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
         for j in range(indptr_l[op], indptr_l[op + 1]):
             d = delay_l[j]
             if d > 0.0:
-                env.timeout(d).callbacks.append(lambda _e, nxt=dst_l[j], t=now: arrive(nxt, t))
+                env.timeout(d).callbacks.append(
+                    lambda _e, nxt=dst_l[j], t=now: arrive(nxt, t))  # type: ignore[misc]  # as in begin()
             else:
                 arrive(dst_l[j], now)
 

@@ -36,7 +36,14 @@ def flatten(plan: Plan, batch: GlobalBatch) -> FlatPlan:
     lengths = np.asarray(batch.lengths, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
-    g_mb, g_size, g_u, g_first, m_rank, m_group, s_id, s_group = [], [], [], [], [], [], [], []
+    g_mb: list[int] = []
+    g_size: list[int] = []
+    g_u: list[int] = []
+    g_first: list[int] = []
+    m_rank: list[int] = []
+    m_group: list[int] = []
+    s_id: list[int] = []
+    s_group: list[int] = []
     gi = 0
     for k, mb in enumerate(plan.microbatches):
         for g in mb.groups:
