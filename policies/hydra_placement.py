@@ -91,9 +91,11 @@ class _Packer:
     def block_cap(self, k: int, first: int, size: int) -> float:
         """Capacity of a group on ranks first .. first + size − 1 of microbatch k: the microbatch's, divided by
         the slowest member's slow-down factor (a group runs at its slowest member's pace: sim.engine)."""
-        if self.slow is None:
-            return self.caps[k]
-        return self.caps[k] / float(self.slow[first:first + size].max())
+        return self.caps[k] / self.slowest(first, size)
+
+    def slowest(self, first: int, size: int) -> float:
+        """The largest slow-down factor of ranks first .. first + size − 1 (1 without stragglers)."""
+        return 1.0 if self.slow is None else float(self.slow[first:first + size].max())
 
     def fits_block(self, k: int, size: int) -> bool:
         c = self.cursor[k]
@@ -338,6 +340,7 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
                 room[cls] = pk.top_room(cls)
             if placed:
                 break
-            pk.offer_free(pk.new_mb(overhead[fill] + float(shares[i])), fill)
+            # a new microbatch tall enough for the sequence on its first block, even on a slow rank
+            pk.offer_free(pk.new_mb((overhead[fill] + float(shares[i])) * pk.slowest(0, fill[0])), fill)
             room[fill] = pk.top_room(fill)
     return Layout(pk.bins, pk.caps, pk.cursor, heavy_mbs, slowdown)
