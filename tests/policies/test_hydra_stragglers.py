@@ -56,3 +56,33 @@ def test_without_stragglers_the_plan_is_unchanged():
     a = create_policy("hydra").plan(BATCH, JOB, cm)
     b = create_policy("hydra").plan(BATCH, one, AnalyticCostModel(one))
     assert a.microbatches == b.microbatches
+
+
+@pytest.mark.parametrize("f,n", [(2.0, 4), (2.0, 5), (4.0, 4), (4.0, 8)])
+def test_a_slow_first_rank_never_makes_placement_open_microbatches_forever(f, n):
+    """Regression: a fill sequence that fit nowhere opened a microbatch whose first block (rank 0, slow) held
+    only 1/f of its height, so it never fit and phase B opened microbatches until memory ran out (found by
+    the bound property test with random speeds). Each case looped before the fix; an alarm turns a loop
+    into a failure."""
+    import signal
+
+    from dcpsim.cost_models import ConstantCostModel
+    from dcpsim.traces.batching import GlobalBatch
+
+    job = JobSpec(get_model("tiny"), get_gpu("h100"), pool=4, max_tokens_per_rank=4096, context_len=4096,
+                  stragglers=Stragglers.parse(f"0={f:g}"))
+    batch = GlobalBatch.of([1000] * n)
+
+    def too_long(*_):
+        raise TimeoutError("hydra's placement did not finish")
+
+    old = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(20)
+    try:
+        plan = create_policy("hydra").plan(batch, job, ConstantCostModel(job))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    validate_plan(plan, batch, max_tokens_per_rank=4096, kv_heads_per_rank=job.kv_heads_per_rank,
+                  heads_per_rank=job.heads_per_rank)
+    assert plan.num_microbatches <= n
