@@ -175,6 +175,11 @@ def published_calibration(gpu: GPUSpec) -> Calibration:
         name=f"{gpu.name}-published",
         attn_fwd=SaturatingCurve(649.0 * scale, 567.0),
         attn_bwd=SaturatingCurve(561.0 * scale, 700.0),
+        # GEMM half-saturation: the roofline knee of a [T x h]·[h x f] bf16 GEMM, whose arithmetic intensity is
+        # about T FLOP/byte for T << h, f (the weights dominate the bytes), reaches the achievable peak at
+        # T = 0.8·peak / HBM bandwidth: 236 tokens on H100 (0.8·989 TFLOP/s / 3.35 TB/s), 165 on H200
+        # (/ 4.8 TB/s), data sheets. 192 lies between the two; it is not a measurement: a GEMM profile
+        # (real_runtime's profiler, `dcpsim calibrate`) replaces it.
         gemm=SaturatingCurve(0.8 * gpu.peak_bf16_tflops, 192.0),
         comm=comm,
         source="FlashAttention-3 paper (Shah et al. 2024) H100 figures; GEMMs at 80% of peak (Llama 3 paper); "
