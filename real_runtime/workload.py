@@ -112,8 +112,9 @@ def plan_workload(policy: str, batches: Iterable[GlobalBatch], cost_model: CostM
     budget = cost_model.max_tokens_per_rank()
     for b in batches:
         plan = pol.plan(b, job, cost_model)
-        # A policy that does not honour the budget (upstream's legacy scheduler) says so in the plan's meta.
-        limit = plan.meta.get("max_tokens_per_rank", budget) if plan.meta.get("memory_checked", True) else None
+        # Checked against the cost model's budget, never one a plan states about itself (as experiments.runner
+        # does); a policy that does not honour the budget (upstream's legacy scheduler) says so in its meta.
+        limit = budget if plan.meta.get("memory_checked", True) else None
         validate_plan(plan, b, max_tokens_per_rank=limit, kv_heads_per_rank=job.kv_heads_per_rank,
                       heads_per_rank=job.heads_per_rank)
         steps.append(Step(b, plan))
