@@ -206,10 +206,8 @@ def layer_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarr
 
 
 def fit_overhead(predicted: np.ndarray, measured: np.ndarray) -> float:
-    """The constant c ≥ 0 (seconds) minimising Σ ((predicted + c) / measured − 1)²."""
-    p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
-    c = float(np.sum((m - p) / m**2) / np.sum(1.0 / m**2))
-    return _sig(max(c, 0.0))
+    """The constant c ≥ 0 (seconds) minimising Σ ((predicted + c) / measured − 1)²: one "step" per row."""
+    return fit_step_overhead(predicted, measured, np.ones(np.shape(measured)))
 
 
 def _fit_layer_overhead(profile: pd.DataFrame, cal: Calibration) -> tuple[Calibration, list[OpFit]]:
