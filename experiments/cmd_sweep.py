@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from dcpsim.experiments.options import positive_int
+from dcpsim.experiments.options import positive_int, typed
 from dcpsim.experiments.progress import Progress
 
 NAME = "sweep"
@@ -48,21 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", metavar="ADDR",
                    help="with --backend ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT); "
                         "default: start a local Ray instance of --workers CPUs for this run")
-    p.add_argument("--max-retries", type=non_negative_int, default=3,
+    p.add_argument("--max-retries", type=typed(int, ge=0), default=3,
                    help="retries of a task whose worker process died (default 3); then it is stored as an "
                         "error")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer ≥ 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{v} must be ≥ 0")
-    return v
 
 
 def run(args: argparse.Namespace) -> int:
