@@ -37,6 +37,7 @@ from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, assign_engines
 from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.validate import check_lengths_fit
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 from dcpsim.policies.wlb_llm import document_work
@@ -96,11 +97,8 @@ class DistCA:
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
         W, M = job.pool, cost_model.max_tokens_per_rank()
         ids, L = np.asarray(batch.seq_ids), np.asarray(batch.lengths, dtype=np.int64)
-        over = np.flatnonzero(L > W * M)
-        if over.size:
-            i = int(over[0])
-            raise PolicyError(f"distca: sequence id {int(ids[i])} has {int(L[i])} tokens, more than the pool of "
-                              f"{W} ranks holds at {M} tokens per rank")
+        check_lengths_fit("distca", ids, L, W * M,
+                          f"more than the pool of {W} ranks holds at {M} tokens per rank")
         m_mem = max(1, math.ceil(float(L.sum()) / (W * M)))
         m = self.num_microbatches or one_f_one_b_microbatches(L, cost_model, job.pp, m_mem)
         m = max(m, m_mem)

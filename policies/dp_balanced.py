@@ -34,6 +34,7 @@ from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_for
 from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.validate import check_lengths_fit
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 from dcpsim.policies.static_cp import default_degree
@@ -136,11 +137,8 @@ class DpBalanced:
         dp = job.pool // c
         ids = np.asarray(batch.seq_ids)
         lengths = np.asarray(batch.lengths)
-        over = np.flatnonzero(lengths > c * budget)
-        if over.size:
-            i = int(over[0])
-            raise PolicyError(f"dp-balanced: sequence id {int(ids[i])} has {int(lengths[i])} tokens, over "
-                              f"cp_size × budget = {c} × {budget}; raise cp_size or cut the sequence")
+        check_lengths_fit("dp-balanced", ids, lengths, c * budget,
+                          f"over cp_size × budget = {c} × {budget}; raise cp_size or cut the sequence")
         groups = dp_balanced_groups(lengths.tolist(), c, dp, budget, self.microbatch_group_size_per_vp_stage,
                                     self.max_num_seqs)
         engine = engine_for(self.cp_engine, c, job, cost_model, np.array([job.context_len]))

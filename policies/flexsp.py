@@ -52,6 +52,7 @@ from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.distca import one_f_one_b_microbatches
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_for
 from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.validate import check_lengths_fit
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 from dcpsim.policies.wlb_llm import document_work
@@ -243,11 +244,8 @@ class FlexSP:
         ids, L = np.asarray(batch.seq_ids), np.asarray(batch.lengths, dtype=np.int64)
         blocks = candidate_blocks(W)
         biggest = max(s for s, _ in blocks)
-        over = np.flatnonzero(L > biggest * M)
-        if over.size:
-            i = int(over[0])
-            raise PolicyError(f"flexsp: sequence id {int(ids[i])} has {int(L[i])} tokens, more than the largest "
-                              f"group ({biggest} ranks) holds at {M} tokens per rank")
+        check_lengths_fit("flexsp", ids, L, biggest * M,
+                          f"more than the largest group ({biggest} ranks) holds at {M} tokens per rank")
         m_mem = max(1, math.ceil(float(L.sum()) / (W * M)))
         m = max(self.num_microbatches or one_f_one_b_microbatches(L, cost_model, job.pp, m_mem), m_mem)
         bt_all = block_times(L, blocks, self.cp_engine, job, cost_model, M, self.sizes_per_sequence)

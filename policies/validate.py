@@ -6,13 +6,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dcpsim.policies.errors import PlanError
+from dcpsim.policies.errors import PlanError, PolicyError
 from dcpsim.policies.plan import Plan
 
 if TYPE_CHECKING:
     from dcpsim.traces.batching import GlobalBatch
 
 _EPS = 1e-9
+
+
+def check_lengths_fit(policy: str, ids: np.ndarray, lengths: np.ndarray, cap: float, reason: str) -> None:
+    """Raise :class:`PolicyError` for the first sequence longer than ``cap`` tokens (the most one group of the
+    policy can hold): ``"<policy>: sequence id <id> has <L> tokens, <reason>"``."""
+    over = np.flatnonzero(np.asarray(lengths) > cap)
+    if over.size:
+        i = int(over[0])
+        raise PolicyError(f"{policy}: sequence id {int(ids[i])} has {int(lengths[i])} tokens, {reason}")
 
 
 def validate_plan(plan: Plan, batch: GlobalBatch, *, max_tokens_per_rank: float | None = None,

@@ -40,6 +40,7 @@ from dcpsim.cost_models.flops import attention_fwd_flops, linear_fwd_flops_per_t
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_for
 from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.validate import check_lengths_fit
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 from dcpsim.policies.static_cp import default_degree
@@ -117,11 +118,8 @@ class WlbLLM:
             raise PolicyError(f"wlb-llm: cp_degree = {c} must divide the pool size {job.pool}")
         R, cap = job.pool // c, c * budget
         ids, L = np.asarray(batch.seq_ids), np.asarray(batch.lengths, dtype=np.int64)
-        over = np.flatnonzero(L > cap)
-        if over.size:
-            i = int(over[0])
-            raise PolicyError(f"wlb-llm: sequence id {int(ids[i])} has {int(L[i])} tokens, over cp_degree × budget "
-                              f"= {c} × {budget}; raise cp_degree")
+        check_lengths_fit("wlb-llm", ids, L, cap,
+                          f"over cp_degree × budget = {c} × {budget}; raise cp_degree")
         total = float(L.sum())
         m = self.num_microbatches or max(1, math.ceil(total / (R * job.context_len)), math.ceil(total / (R * cap)))
         work = document_work(L, job)
