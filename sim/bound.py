@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dcpsim.cost_models.analytic import AnalyticCostModel
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.errors import InfeasibleError
 
@@ -80,21 +81,47 @@ def ulysses_options(job) -> list[int]:
     return [u for u in range(1, max(kv, 1) + 1) if kv % u == 0 and h % u == 0]
 
 
-def _compute(cost_model: CostModel, stage: int, lengths: np.ndarray, size: np.ndarray, u: np.ndarray,
-             empty: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Per-rank forward and backward compute + TP communication of singleton groups (or empty groups when
-    ``empty``): the part of an operation that assumption C covers (docs/bound.md)."""
+def _compute(cost_model: CostModel, stage: int, seq_len: np.ndarray, seq_group: np.ndarray, size: np.ndarray,
+             u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank forward and backward compute + TP communication of the groups (``size``, ``u``) holding the
+    sequences ``seq_len`` (group ``seq_group`` each): the part of an operation that assumption C covers
+    (docs/bound.md)."""
     G = len(size)
-    if empty:
-        seq_len, seq_group = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    else:
-        seq_len, seq_group = lengths.astype(np.int64), np.arange(G, dtype=np.int64)
-    gb = GroupBatch(seq_len=seq_len, seq_group=seq_group, size=size.astype(np.int64), ulysses=u.astype(np.int64),
-                    first_rank=np.zeros(G, dtype=np.int64))
+    gb = GroupBatch(seq_len=np.asarray(seq_len, dtype=np.int64), seq_group=np.asarray(seq_group, dtype=np.int64),
+                    size=size.astype(np.int64), ulysses=u.astype(np.int64), first_rank=np.zeros(G, dtype=np.int64))
     c = cost_model.group_costs(gb, stage)
-    f = np.broadcast_to(np.asarray(c.fwd_compute_s + c.fwd_tp_comm_s, dtype=np.float64), (G,))
-    b = np.broadcast_to(np.asarray(c.bwd_compute_s + c.bwd_tp_comm_s, dtype=np.float64), (G,))
+    a2a = ulysses_floor(cost_model, gb.tokens_per_rank(), u)
+    f = np.broadcast_to(np.asarray(c.fwd_compute_s + c.fwd_tp_comm_s, dtype=np.float64) + a2a, (G,))
+    b = np.broadcast_to(np.asarray(c.bwd_compute_s + c.bwd_tp_comm_s, dtype=np.float64) + a2a, (G,))
     return f, b
+
+
+def ulysses_floor(cost_model: CostModel, tpr: np.ndarray, u: np.ndarray) -> np.ndarray | float:
+    """A lower bound on the exposed Ulysses all-to-all time per rank of one forward (equally one backward) of
+    a group with Ulysses degree ``u`` holding ``tpr`` tokens per rank, affine in ``tpr`` (assumption U,
+    docs/bound.md): the analytic model's four all-to-alls per layer (``AnalyticCostModel._ulysses_time``) are
+    α + β·tpr on each link class, so α* + β*·tpr with α*, β* the smaller of the NVLink and the network
+    intercept and slope is below either, wherever the group's inner groups sit. 0 for other cost models (CP
+    communication then enters only as ≥ 0)."""
+    if not isinstance(cost_model, AnalyticCostModel):
+        return 0.0
+    u = np.asarray(u, dtype=np.float64)
+    t0 = [cost_model._ulysses_time(np.zeros_like(u), u, np.full(u.shape, x)) for x in (False, True)]
+    t1 = [cost_model._ulysses_time(np.ones_like(u), u, np.full(u.shape, x)) for x in (False, True)]
+    alpha = np.minimum(t0[0], t0[1])
+    beta = np.maximum(np.minimum(t1[0] - t0[0], t1[1] - t0[1]), 0.0)
+    nl = cost_model.job.layers_per_stage
+    return np.where(u > 1, nl * (alpha + beta * np.asarray(tpr, dtype=np.float64)), 0.0)
+
+
+def group_fixed(cost_model: CostModel, stage: int, size: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """K of assumption C per option (forward, backward): a group's compute with two 1-token sequences is
+    2a(1) + K and with one a(1) + K, so K = 2·compute({1}) − compute({1, 1}) (clipped at 0 against rounding;
+    C has K ≥ 0)."""
+    n = len(size)
+    one_f, one_b = _compute(cost_model, stage, np.ones(n), np.arange(n), size, u)
+    two_f, two_b = _compute(cost_model, stage, np.ones(2 * n), np.repeat(np.arange(n), 2), size, u)
+    return np.maximum(2.0 * one_f - two_f, 0.0), np.maximum(2.0 * one_b - two_b, 0.0)
 
 
 def _options(pool: int, us: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -132,19 +159,19 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
         i = int(np.flatnonzero(L == uniq[-1])[0])
         raise InfeasibleError(f"the sequence at position {i} has {int(uniq[-1])} tokens, more than the pool of {W} "
                               f"ranks holds at {M} tokens per rank: no valid plan exists, so no bound")
-    eps_f, eps_b, empty_f, empty_b, fwd, bwd = [], [], [], [], [], []
+    Mx = None if M is None else M * (1 + MEMORY_SLACK)
+    opt_index = np.tile(np.arange(n_o), n_u)[ok]  # each (length, option) row's option
+    fwd, bwd, fixed_f, fixed_b, empty_f, empty_b = [], [], [], [], [], []
     for s in range(p):
-        f, b = _compute(cost_model, s, Lr, cr, ur)
+        f, b = _compute(cost_model, s, Lr, np.arange(len(Lr)), cr, ur)
         fwd.append(f)
         bwd.append(b)
-        ef, eb = _compute(cost_model, s, np.ones(len(cand_c), dtype=np.int64), cand_c, cand_u)
-        eps_f.append(ef)
-        eps_b.append(eb)
-        zf, zb = _compute(cost_model, s, np.zeros(0), cand_c, cand_u, empty=True)
+        kf, kb = group_fixed(cost_model, s, cand_c, cand_u)
+        fixed_f.append(kf)
+        fixed_b.append(kb)
+        zf, zb = _compute(cost_model, s, np.zeros(0), np.zeros(0), cand_c, cand_u)
         empty_f.append(zf)
         empty_b.append(zb)
-    # index of each (length, option) row's option, to subtract that option's 1-token probe
-    opt_index = np.tile(np.arange(n_o), n_u)[ok]
 
     sync = np.array([cost_model.grad_sync_s(s) + cost_model.optimizer_s(s) for s in range(p)])
     zero_xfer = [float(np.min(cost_model.pp_transfer_s(np.zeros(1), s, np.arange(W)))) for s in range(p - 1)]
@@ -153,17 +180,20 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
     min_b = np.array([float(np.min(empty_b[s])) for s in range(p)])
 
     work, work_stage = 0.0, 0
-    total_tokens = float(L.sum())
     for s in range(p):
-        # Least rank-work of each sequence: c × (its singleton compute − the 1-token probe of the option).
-        rw = cr * ((fwd[s] + bwd[s]) - (eps_f[s] + eps_b[s])[opt_index])
+        K = (fixed_f[s] + fixed_b[s])[opt_index]
+        # Rank-work of each sequence at each option: c·a(L) (its share of the group's per-sequence compute)
+        # plus its token share of the group's fixed work c·K, at least L·K/M since a group of degree c holds
+        # at most c·M tokens; without memory, c·a(L) and one group's c·K at the end.
+        rw = cr * ((fwd[s] + bwd[s]) - K)
+        if Mx is not None:
+            rw = rw + Lr * K / Mx
         least = np.full(n_u, np.inf)
         np.minimum.at(least, which, rw)
-        per_seq = np.maximum(least, 0.0)[inverse].sum() if len(L) else 0.0
-        # Fixed work: every group costs at least an empty group's compute; rank-slots ≥ Σ L / M.
-        slots = total_tokens / (M * (1 + MEMORY_SLACK)) if M is not None and len(L) else (1.0 if len(L) else 0.0)
-        fixed_per_slot = float(np.min(empty_f[s] + empty_b[s])) if len(cand_c) else 0.0
-        mean_busy = (per_seq + slots * fixed_per_slot) / W
+        per_seq = float(least[inverse].sum()) if len(L) else 0.0
+        if Mx is None and len(L):
+            per_seq += float(np.min(cand_c * (fixed_f[s] + fixed_b[s])))
+        mean_busy = per_seq / W
         fill = float(min_f[:s].sum() + sum(zero_xfer[:s]))
         drain = max(float(sync[s]), float(min_b[:s].sum() + sum(zero_xfer[:s]) + sync[0]))
         cand = fill + mean_busy + drain if len(L) else float(sync.max())

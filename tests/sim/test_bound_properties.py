@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,7 @@ from dcpsim.cost_models.stragglers import Stragglers
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.policies import PolicyError, available_policies, create_policy, validate_plan
 from dcpsim.policies.plan import CPGroup, Engine, make_plan
-from dcpsim.sim.bound import iteration_bound, ulysses_options
+from dcpsim.sim.bound import iteration_bound, ulysses_floor, ulysses_options
 from dcpsim.sim.engine import execute
 from dcpsim.sim.flatten import flatten
 from dcpsim.traces.batching import GlobalBatch
@@ -162,9 +163,11 @@ def test_flexsp_milp_plans_never_beat_the_bound(layout, n, seed) -> None:
 @settings(max_examples=200, deadline=None)
 @given(layout=layouts(), seed=st.integers(0, 2**31 - 1), stage=st.integers(0, 3))
 def test_compute_decomposes_as_the_proof_assumes(layout, seed, stage) -> None:
-    """Assumption C: a group's forward and backward compute + TP communication ≥ Σ over its sequences of
-    (alone − 1-token probe) + an empty group's, and ≥ any one of its sequences alone (so it never falls as
-    sequences join). Checked on random groups of the shipped cost models."""
+    """Assumption C: a group's forward (and backward) compute + TP communication is Σ over its sequences of
+    a(L_i) + K, with a(L) ≥ 0 and K ≥ an empty group's compute ≥ 0. The bound reads K off two probes,
+    K = 2·compute({1}) − compute({1, 1}), and a(L) = compute({L}) − K: here compute(S) must equal
+    Σ_i (compute({L_i}) − K) + K on random groups of the shipped cost models (dense, MoE; all and legacy
+    terms; constant), and so be ≥ any one of its sequences alone (the chain's use)."""
     job, cm = layout
     s = stage % job.pp
     rng = np.random.default_rng(seed)
@@ -183,8 +186,46 @@ def test_compute_decomposes_as_the_proof_assumes(layout, seed, stage) -> None:
         return float(f[0]), float(b[0])
 
     whole = comp(L)
-    eps, empty = comp([1]), comp([])
+    one, two, empty = comp([1]), comp([1, 1]), comp([])
     for ph in (0, 1):
-        parts = sum(comp([x])[ph] - eps[ph] for x in L)
-        assert whole[ph] >= (parts + empty[ph]) * (1 - 1e-12) - 1e-15
-        assert whole[ph] >= max(comp([x])[ph] for x in L) * (1 - 1e-12)
+        K = 2 * one[ph] - two[ph]
+        scale = max(whole[ph], 1e-300)
+        assert K >= empty[ph] - 1e-12 * scale and empty[ph] >= 0.0
+        alone = [comp([x])[ph] for x in L]
+        assert all(y - K >= -1e-12 * scale for y in alone)  # a(L) ≥ 0
+        assert whole[ph] == pytest.approx(sum(y - K for y in alone) + K, rel=1e-9, abs=1e-15)
+        assert whole[ph] >= max(alone) * (1 - 1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(layout=layouts(), seed=st.integers(0, 2**31 - 1), stage=st.integers(0, 3))
+def test_ulysses_floor_is_below_the_exposed_cp_comm(layout, seed, stage) -> None:
+    """Assumption U: a group's exposed CP communication (ring + Ulysses all-to-all + EP) per rank is at least
+    ``sim.bound.ulysses_floor`` of its tokens per rank and Ulysses degree, wherever its members sit (random
+    non-contiguous members here); and for a Ulysses-only group (no ring) inside one NVLink domain of a dense
+    model the floor is its whole CP communication when NVLink is the cheaper link class."""
+    job, cm = layout
+    s = stage % job.pp
+    rng = np.random.default_rng(seed)
+    us = ulysses_options(job)
+    c = int(rng.integers(1, job.pool + 1))
+    u = int(rng.choice([u for u in us if c % u == 0]))
+    L = rng.integers(1, 200_000, int(rng.integers(1, 12)))
+    members = rng.permutation(job.pool)[:c].astype(np.int64)
+    gb = GroupBatch(L.astype(np.int64), np.zeros(len(L), dtype=np.int64), np.array([c]), np.array([u]),
+                    members[:1].copy(), member_rank=members, member_group=np.zeros(c, dtype=np.int64))
+    k = cm.group_costs(gb, s)
+    floor = float(np.broadcast_to(ulysses_floor(cm, gb.tokens_per_rank(), np.array([u])), (1,))[0])
+    assert floor >= 0.0
+    for comm in (k.fwd_comm_s, k.bwd_comm_s):
+        assert float(np.broadcast_to(comm, (1,))[0]) >= floor * (1 - 1e-12)
+    if isinstance(cm, AnalyticCostModel) and u > 1 and not job.model.is_moe:
+        nv, net = cm.cal.link("all_to_all", "nvlink"), cm.cal.link("all_to_all", "network")
+        if nv.base_s + (u - 1) * nv.hop_s <= net.base_s + (u - 1) * net.hop_s and nv.busbw_gbs >= net.busbw_gbs:
+            alone = GroupBatch(L.astype(np.int64), np.zeros(len(L), dtype=np.int64), np.array([u]), np.array([u]),
+                               np.zeros(1, dtype=np.int64))
+            crosses = cm.cp_crossings(alone, s)[1]
+            if not bool(np.asarray(crosses).any()):
+                got = float(np.broadcast_to(cm.group_costs(alone, s).fwd_comm_s, (1,))[0])
+                want = float(np.broadcast_to(ulysses_floor(cm, alone.tokens_per_rank(), np.array([u])), (1,))[0])
+                assert got == pytest.approx(want, rel=1e-9)
