@@ -35,7 +35,7 @@ from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile, makespan
-from dcpsim.policies.hydra_placement import Bin, Layout, place
+from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, choose_target
 from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid, engine_options, rank_loads
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
@@ -134,8 +134,9 @@ class HyDra:
             layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance,
                            aligned=self.degrees == "pow2", lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
                            m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
-                           light_heights=profile, fill_lower=pricer.lower)
-            engines = self._engines(layout.bins, job, pricer)
+                           light_heights=profile, fill_lower=pricer.lower,
+                           fill_estimate=pricer.estimate)
+            engines = self._engines(layout, job, pricer)
             return self._assemble(W, job.pp, layout, engines, ids, M, tau, choice, int(heavy.sum()),
                                   0 if profile is None else len(profile))
 
@@ -232,39 +233,44 @@ class HyDra:
         return u_seq, shares, ovh
 
     # ---- step 5: engines, order, plan -------------------------------------------------------------------
-    def _engines(self, bins: list[Bin], job: JobSpec, pricer: Pricer) -> list[int]:
-        """Inner Ulysses degree of every bin: the option with the smallest priced load (planning u on ties).
-        The planning engine is among the options, so a bin's load never rises above what placement saw."""
-        out = [b.u for b in bins]
-        opts_of = {c: engine_options(c, self.cp_engine, job) for c in {b.size for b in bins}}
-        multi = [g for g, b in enumerate(bins) if b.seqs and len(opts_of[b.size]) > 1]
-        if not multi:
+    def _engines(self, layout: Layout, job: JobSpec, pricer: Pricer) -> np.ndarray:
+        """Inner Ulysses degree of every group: the option with the smallest priced load (planning u on ties).
+        The planning engine is among the options, so a group's load never rises above what placement saw."""
+        out = layout.u.copy()
+        G = len(out)
+        opts_of = {c: engine_options(c, self.cp_engine, job) for c in np.unique(layout.size).tolist()}
+        multi = {c: o for c, o in opts_of.items() if len(o) > 1}
+        if not multi or not G:
             return out
-        # one row per (bin, option): its sequences priced at that option, all in one call
-        opt_g = np.asarray([g for g in multi for _ in opts_of[bins[g].size]], dtype=np.int64)
-        ou = np.asarray([u for g in multi for u in opts_of[bins[g].size]], dtype=np.int64)
-        sizes = np.asarray([bins[g].size for g in opt_g.tolist()], dtype=np.int64)
-        nseq = np.asarray([len(bins[g].seqs) for g in opt_g.tolist()], dtype=np.int64)
-        pos = np.fromiter(chain.from_iterable(bins[g].seqs for g in opt_g.tolist()), dtype=np.int64,
-                          count=int(nseq.sum()))
-        gi = np.repeat(np.arange(len(ou)), nseq)
-        work = pricer.work(pos, sizes[gi], ou[gi])
-        load = np.bincount(gi, weights=work, minlength=len(ou)) + pricer.overhead(sizes, ou)
-        best: dict[int, tuple[float, int]] = {}
-        for g, u, ld in zip(opt_g.tolist(), ou.tolist(), load.tolist()):
-            tie = u == bins[g].u
+        # one row per (group, option) of the groups with a choice: its sequences priced there, in one call
+        g_opt, u_opt = [], []
+        for c, opts in multi.items():
+            gs = np.flatnonzero(layout.size == c)
+            g_opt.append(np.repeat(gs, len(opts)))
+            u_opt.append(np.tile(np.asarray(opts, dtype=np.int64), len(gs)))
+        og, ou = np.concatenate(g_opt), np.concatenate(u_opt)  # each group's rows are contiguous, in option order
+        first_row = np.full(G, len(og), dtype=np.int64)
+        np.minimum.at(first_row, og, np.arange(len(og)))
+        nopt = np.zeros(G, dtype=np.int64)
+        np.add.at(nopt, og, 1)
+        seq = layout.placed[nopt[layout.seq_group[layout.placed]] > 0]
+        sg = layout.seq_group[seq]
+        k = nopt[sg]
+        rows = np.repeat(first_row[sg], k) + (np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k))
+        work = pricer.work(np.repeat(seq, k), layout.size[og[rows]], ou[rows])
+        load = np.bincount(rows, weights=work, minlength=len(og)) + pricer.overhead(layout.size[og], ou)
+        best: dict[int, float] = {}
+        for g, u, ld in zip(og.tolist(), ou.tolist(), load.tolist()):
             cur = best.get(g)
-            if cur is None or ld < cur[0] * (1 - 1e-12) or (tie and ld <= cur[0]):
-                best[g] = (ld, u)
-        for g, (_, u) in best.items():
-            out[g] = u
+            if cur is None or ld < cur * (1 - 1e-12) or (u == layout.u[g] and ld <= cur):
+                best[g] = ld
+                out[g] = u
         return out
 
-    def _assemble(self, W: int, pp: int, layout: Layout, engines: list[int], ids: np.ndarray, M: int,
+    def _assemble(self, W: int, pp: int, layout: Layout, engines: np.ndarray, ids: np.ndarray, M: int,
                   tau: float, choice, n_heavy: int, n_profile: int = 0) -> tuple[Plan, float]:
         """Order the microbatches (1F1B recurrence), balance the columns (aligned mirroring), build the Plan."""
-        used = [g for g, b in enumerate(layout.bins) if b.seqs]
-        keys = sorted({layout.bins[g].mb for g in used})
+        keys = np.unique(layout.mb).tolist()
         # a height profile's ramps (its first and last light microbatches below τ) stay at the two ends: the
         # microbatches placement opened beyond the profile go before the ramp down, the heavy block between
         first_light = layout.heavy_mbs
@@ -275,41 +281,43 @@ class HyDra:
             prof = [k for k in keys if first_light <= k < first_light + n_profile]
             extra = [k for k in keys if k >= first_light + n_profile]
             keys = [k for k in keys if k < first_light] + prof[:len(prof) - ends] + extra + prof[len(prof) - ends:]
-        slot = {k: i for i, k in enumerate(keys)}
+        slot_of = np.zeros(len(layout.caps), dtype=np.int64)
+        slot_of[keys] = np.arange(len(keys))
         height = np.zeros(len(keys))
-        for g in used:
-            b = layout.bins[g]
-            height[slot[b.mb]] = max(height[slot[b.mb]], b.load)
+        np.maximum.at(height, slot_of[layout.mb], layout.load)
         is_heavy = np.asarray(keys) < layout.heavy_mbs
         order, _ = best_order(height, is_heavy, pp, ends)
-        run = {keys[i]: r for r, i in enumerate(order)}  # microbatch key → position in the run order
-        loads = np.zeros((len(keys), W))
-        for g in used:
-            b = layout.bins[g]
-            loads[run[b.mb], b.first:b.first + b.size] = b.load
-        pos = balance_columns(loads, layout.slow) if self.degrees == "pow2" else np.tile(np.arange(W), (len(keys), 1))
-        groups: list[list[tuple[int, CPGroup]]] = [[] for _ in keys]
-        # each group's first rank after the mirroring: the least of its block's new positions, one reduceat
-        bl = [layout.bins[g] for g in used]
-        rows = np.asarray([run[b.mb] for b in bl], dtype=np.int64)
-        size = np.asarray([b.size for b in bl], dtype=np.int64)
-        starts = rows * W + np.asarray([b.first for b in bl], dtype=np.int64)
+        run_of = np.zeros(len(layout.caps), dtype=np.int64)  # microbatch key → position in the run order
+        run_of[np.asarray(keys, dtype=np.int64)[order]] = np.arange(len(keys))
+        rows = run_of[layout.mb]
+        size = layout.size
         offsets = np.cumsum(size) - size
-        idx = np.repeat(starts - offsets, size) + np.arange(int(size.sum()))
-        firsts = np.minimum.reduceat(pos.reshape(-1)[idx], offsets).tolist() if bl else []
-        id_of = ids.tolist()
+        idx = np.repeat(rows * W + layout.first - offsets, size) + np.arange(int(size.sum()))  # every member slot
+        loads = np.zeros(len(keys) * W)
+        loads[idx] = np.repeat(layout.load, size)
+        loads = loads.reshape(len(keys), W)
+        pos = balance_columns(loads, layout.slow) if self.degrees == "pow2" else np.tile(np.arange(W), (len(keys), 1))
+        # each group's first rank after the mirroring: the least of its block's new positions, one reduceat
+        firsts = np.minimum.reduceat(pos.reshape(-1)[idx], offsets) if len(size) else np.zeros(0, dtype=np.int64)
+        # the groups' sequence ids in placement order, and the groups by microbatch, then first rank
+        by_group = layout.placed[np.argsort(layout.seq_group[layout.placed], kind="stable")]
+        count = np.bincount(layout.seq_group, minlength=len(size))
+        ends_at = np.cumsum(count).tolist()
+        id_list = ids[by_group].tolist()
+        starts_at = [0] + ends_at[:-1]
+        go = np.lexsort((firsts, rows))
         engine_of: dict[tuple[int, int], Engine] = {}
-        for g, b, r, first in zip(used, bl, rows.tolist(), firsts):
-            key = (b.size, engines[g])
-            engine = engine_of.get(key)
+        mbs: list[list[CPGroup]] = [[] for _ in keys]
+        for g, r, first, c, u in zip(go.tolist(), rows[go].tolist(), firsts[go].tolist(), size[go].tolist(),
+                                     engines[go].tolist()):
+            engine = engine_of.get((c, u))
             if engine is None:
-                engine = engine_of[key] = engine_from_ulysses(*key)
-            groups[r].append((first, CPGroup(tuple(range(first, first + b.size)),
-                                             tuple(map(id_of.__getitem__, b.seqs)), engine)))
+                engine = engine_of[c, u] = engine_from_ulysses(c, u)
+            mbs[r].append(CPGroup(tuple(range(first, first + c)), tuple(id_list[starts_at[g]:ends_at[g]]), engine))
         caps = [layout.caps[keys[i]] for i in order]
         score = makespan(loads.max(axis=1), pp) if len(keys) else 0.0  # the plan's heights through 1F1B
         return make_plan(
-            self.name, W, [[grp for _, grp in sorted(gs, key=lambda x: x[0])] for gs in groups],
+            self.name, W, mbs,
             target_s=tau, tolerance=self.tolerance, num_microbatches=len(keys),
             chosen_microbatches=choice.m_light + choice.m_heavy, heavy_sequences=n_heavy,
             heavy_microbatches=layout.heavy_mbs, microbatch_caps_s=caps, max_tokens_per_rank=M,

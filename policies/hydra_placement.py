@@ -15,13 +15,16 @@ join the roomiest group of the class if the load stays within τ (or h; no toler
 new group from the microbatch with the most free ranks, else join a group within the tolerance, else open a
 microbatch. Microbatches are carved left to right in non-increasing sizes, so power-of-two groups land on
 aligned blocks (and groups of ≤ G/t ranks stay inside a node).
-Phase B — the fill (sequences of the smallest degree, largest share first, i.e. LPT): the remaining free
-ranks become groups of the smallest degree, lazily — one *free-block* heap entry per microbatch stands for
-all of its free blocks, so idle ranks cost nothing. Each sequence goes to the bin with the most room *now*,
-over all classes (its work re-priced at that class's size and engine: a short document may ride in the
-spare capacity of a long sequence's group), provided load and tokens fit; classes are visited in order of
-their top room, so the first fit is the answer. A bin that fails only the token check is set aside for this
-sequence (at most ``PROBES`` per class) and pushed back after; a sequence that fits nowhere opens a microbatch.
+Phase B — the fill (sequences of the smallest degree, largest share first, i.e. LPT; ``_fill``): every free
+block of the fill class in every microbatch is a bin of the fill class's overhead and no tokens, next to
+phase A's bins. Bins sit in one max-heap of room per class (each bin in exactly one heap: an update is one
+``heapreplace``, no entry goes stale); each sequence takes the roomiest top over the classes it may use (its
+work re-priced at that class's size and engine: a short document may ride in the spare capacity of a long
+sequence's group), provided load and tokens fit. A top that fails only the token check waits in a heap
+keyed by the longest sequence it can still take and returns when a short enough one comes; a sequence that
+fits nowhere opens a microbatch. Other classes are ranked by the grid's power-law estimate of the work (no
+pricing per candidate) and what lands there is priced exactly at the end, in one call. Used free blocks
+become groups; the result is a :class:`Layout` of arrays.
 
 Cost: O((n + m) log n) heap operations for n sequences and m microbatches (bins exist only where sequences
 are), times the classes visited (usually one; at most log2 W + 2 sizes × engines); no step scans the pool.
@@ -55,15 +58,27 @@ class Bin:
     version: int = 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Layout:
-    """The bins of every microbatch, and each microbatch's capacity."""
+    """The placed groups (arrays over groups), each sequence's group, and each microbatch's capacity."""
 
-    bins: list[Bin]
-    caps: list[float]
-    cursor: list[int]  # first free rank of each microbatch
-    heavy_mbs: int
+    mb: np.ndarray  # [G] microbatch (placement key) of each group
+    first: np.ndarray  # [G] its first rank
+    size: np.ndarray  # [G] its degree
+    u: np.ndarray  # [G] inner Ulysses degree of its planning engine
+    load: np.ndarray  # [G] its load (s): overhead + its sequences' work at (size, u)
+    seq_group: np.ndarray  # [n] group of each batch position
+    placed: np.ndarray  # [n] batch positions in placement order (a group lists its sequences in this order)
+    caps: list[float]  # capacity of each microbatch
+    heavy_mbs: int  # microbatches 0 .. heavy_mbs − 1 hold the heavy sequences
     slow: np.ndarray | None = None  # [W] the pool ranks' slow-down factors placement weighted by (None: none)
+
+    def members(self) -> list[list[int]]:
+        """Batch positions of every group's sequences, in placement order."""
+        out: list[list[int]] = [[] for _ in range(len(self.mb))]
+        for i, g in zip(self.placed.tolist(), self.seq_group[self.placed].tolist()):
+            out[g].append(i)
+        return out
 
 
 class _Packer:
@@ -143,41 +158,15 @@ class _Packer:
             heapq.heappush(self.free, e)
         return found
 
-    # A class heap also holds *free-block* entries (gid = −(k + 1)): "a new group of this class could be
-    # carved from microbatch k", load = the class overhead, no tokens, valid while k's cursor is unchanged.
-    # They stand for all of k's free blocks at once, so free ranks cost nothing until a sequence uses one.
-    def offer_free(self, k: int, cls: tuple[int, int]) -> None:
-        if self.fits_block(k, cls[0]):
-            heapq.heappush(self.classes.setdefault(cls, []),
-                           (self.overhead[cls] - self.block_cap(k, self.cursor[k], cls[0]), -(k + 1), self.cursor[k]))
-
-    def _peek(self, cls: tuple[int, int], heap: list) -> tuple[float, float, float, int] | None:
+    def _peek(self, heap: list) -> tuple[float, float, float, int] | None:
         """(load, capacity, tokens, gid) of the valid top entry of ``heap`` (stale entries dropped)."""
         while heap:
             _key, gid, ver = heap[0]
-            if gid < 0:
-                k = -gid - 1
-                if ver == self.cursor[k] and self.fits_block(k, cls[0]):
-                    return self.overhead[cls], self.block_cap(k, self.cursor[k], cls[0]), 0.0, gid
-            elif ver == self.bins[gid].version:
+            if ver == self.bins[gid].version:
                 b = self.bins[gid]
                 return b.load, b.cap, b.tokens, gid
             heapq.heappop(heap)
         return None
-
-    def realize(self, gid: int, cls: tuple[int, int]) -> int:
-        """The bin behind a heap entry: a free-block entry carves its group now (and offers the next)."""
-        if gid >= 0:
-            return gid
-        k = -gid - 1
-        self.carve(k, *cls)
-        self.offer_free(k, cls)
-        return len(self.bins) - 1
-
-    def top_room(self, cls: tuple[int, int]) -> float:
-        """Capacity − load of the roomiest bin (or free block) of class ``cls``; −inf if none."""
-        top = self._peek(cls, self.classes.get(cls, []))
-        return -np.inf if top is None else top[1] - top[0]
 
     def best_in_class(self, cls: tuple[int, int], work: float, tokens: float,
                       strict: bool) -> tuple[float, int] | None:
@@ -189,7 +178,7 @@ class _Packer:
         aside: list[tuple[float, int, int]] = []  # entries of the class's heap
         found = None
         while len(aside) < PROBES:
-            top = self._peek(cls, heap)
+            top = self._peek(heap)
             if top is None:
                 break
             load, cap, tok, gid = top
@@ -205,27 +194,6 @@ class _Packer:
             heapq.heappush(heap, e)
         return found
 
-    def best_for_fill(self, cls: tuple[int, int], work: float, tokens: float,
-                      blocked: list) -> tuple[float, int] | None:
-        """Phase B's :meth:`best_in_class`: a bin that fails only the token check leaves the class heap for
-        ``blocked``, a heap keyed by the longest sequence it could still take in its class, (M − tokens)·size,
-        from which the fill loop returns it once a short enough sequence comes (each bin version is blocked
-        at most once per readmission, so the search never re-reads the same full bins)."""
-        heap = self.classes.get(cls)
-        if not heap:
-            return None
-        lim = self.M * (1 + 1e-12)
-        while True:
-            top = self._peek(cls, heap)
-            if top is None:
-                return None
-            load, cap, tok, gid = top
-            if load + work > cap:
-                return None  # the roomiest entry of the class cannot take it: none can
-            if tok + tokens <= lim:
-                return (load + work - cap, gid)
-            heapq.heappush(blocked, (-(lim - tok) * cls[0], cls, heapq.heappop(heap)))
-
 
 def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, lengths: np.ndarray,
           sizes: np.ndarray, ulysses: np.ndarray, shares: np.ndarray, heavy: np.ndarray, m_light: int,
@@ -233,6 +201,7 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
           slowdown: np.ndarray | None = None,
           fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
           fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None,
+          fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None,
           light_heights: np.ndarray | None = None) -> Layout:
     """Place every sequence (positions 0..n−1).
 
@@ -278,69 +247,187 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
                 pk.carve(k, c, u)
                 hit = (0.0, len(pk.bins) - 1)
         pk.add(hit[1], i, w, t)
-    # Phase B: free ranks become fill-class groups (as free-block entries); LPT over every class.
-    for k in range(len(pk.caps)):
-        pk.offer_free(k, fill)
+    # Phase B: the fill, vectorised (_fill).
     small = np.flatnonzero(is_fill)
     small = small[np.lexsort((order_key[small], -shares[small]))]
-    classes = sorted(set(pk.classes) | {fill})
-    room = {cls: pk.top_room(cls) for cls in classes}
-    # Another class's rooms only shrink in phase B (only the fill class gets new bins), so a sequence whose
-    # work there exceeds the class's room now never goes there: ``fill_lower`` (a lower bound of the work,
-    # None: none) screens them out, and only the others are priced.
-    work_at = {fill: shares[small]}
-    # (class, where in small, the screen's array or None): priced together in one fill_work call
-    ask: list[tuple[tuple[int, int], np.ndarray, np.ndarray]] = []
-    for cls in classes:
-        if cls != fill:
-            lower = fill_lower(small, *cls) if fill_lower is not None else None
-            ask.append((cls, np.arange(len(small)) if lower is None else np.flatnonzero(lower <= room[cls]),
-                        np.full(len(small), np.inf) if lower is None else lower))
+    return _fill(pk, heavy_mbs, small, lengths, shares, fill, fill_work, fill_lower, slowdown, fill_estimate)
+
+
+def _blocks(pk: _Packer, k: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """First ranks and capacities of microbatch k's free blocks of ``size`` ranks (aligned when carving is)."""
+    c0 = pk.cursor[k]
+    if not pk.fits_block(k, size):
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    first = np.arange(c0, pk.W - size + 1, size, dtype=np.int64)
+    if pk.slow is None:
+        return first, np.full(len(first), pk.caps[k])
+    return first, pk.caps[k] / pk.slow[first[:, None] + np.arange(size)].max(axis=1)
+
+
+def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
+          fill: tuple[int, int], fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+          fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None,
+          slow: np.ndarray | None,
+          fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None) -> Layout:
+    """Phase B: LPT of the fill sequences ``small`` (largest share first) over every bin of phase A and every
+    free block of the fill class, in vectorised rounds.
+
+    A round sorts the bins that can take the tokens of the round's first sequence by room (capacity − load)
+    and gives the next sequences, in order, to the bins in that order: the i-th sequence goes to the i-th
+    roomiest bin as long as it fits there (its work at that bin's class, its tokens) and no bin an earlier
+    sequence of the round took is left with more room than that bin has (then sequential LPT would have
+    chosen the same bin: the round is exact). The round ends at the first sequence where either fails; a
+    sequence that fails at the top of a round goes to the roomiest bin it fits anywhere (one masked argmax), or,
+    fitting nowhere, opens a microbatch. Free blocks are bins of zero tokens and the fill class's overhead;
+    those that receive a sequence become groups."""
+    cf, uf = fill
+    W, lim = pk.W, pk.M * (1 + 1e-12)
+    bins = pk.bins
+    classes = sorted({(b.size, b.u) for b in bins} | {fill})
+    ci = {c: i for i, c in enumerate(classes)}
+    nb0 = len(bins)
+    mb = [b.mb for b in bins]
+    first = [b.first for b in bins]
+    cap = [b.cap for b in bins]
+    load = [b.load for b in bins]
+    tok = [b.tokens for b in bins]
+    cls = [ci[b.size, b.u] for b in bins]
+    for k in range(len(pk.caps)):  # every microbatch's free blocks
+        f, c = _blocks(pk, k, cf)
+        mb += [k] * len(f)
+        first += f.tolist()
+        cap += c.tolist()
+    nfree = len(mb) - nb0
+    ovh_f = pk.overhead[fill]
+    mb_a = np.asarray(mb, dtype=np.int64)
+    first_a = np.asarray(first, dtype=np.int64)
+    cap_a = np.asarray(cap, dtype=np.float64)
+    load_a = np.r_[np.asarray(load, dtype=np.float64), np.full(nfree, ovh_f)]
+    tok_a = np.r_[np.asarray(tok, dtype=np.float64), np.zeros(nfree)]
+    cls_a = np.r_[np.asarray(cls, dtype=np.int64), np.full(nfree, ci[fill], dtype=np.int64)]
+    csize = np.asarray([c for c, _ in classes], dtype=np.float64)
+
+    ns = len(small)
+    L = lengths[small].astype(np.float64)
+    # Work of every fill sequence at every class ([classes, ns]). Another class's rooms only shrink in phase B
+    # (only fill blocks are added), so a sequence whose work exceeds the class's largest room now never goes
+    # there (inf). Other classes are ranked with ``fill_estimate`` (the grid's power law, no pricing) where
+    # it has one; what lands there is priced exactly at the end. Without an estimate, priced now in one call.
+    work = np.full((len(classes), ns), np.inf)
+    work[ci[fill]] = shares[small]
+    room0 = cap_a - load_a
+    ask = []
+    for cls_, j in ci.items():
+        if cls_ == fill or not ns:
+            continue
+        top = float(room0[cls_a == j].max())
+        est = fill_estimate(small, *cls_) if fill_estimate is not None else None
+        if est is not None:
+            work[j] = np.where(est <= top, est, np.inf)
+            continue
+        lower = fill_lower(small, *cls_) if fill_lower is not None else None
+        ask.append((j, cls_, np.arange(ns) if lower is None else np.flatnonzero(lower <= top)))
     if ask:
-        priced = fill_work(np.concatenate([small[m] for _, m, _ in ask]),
-                           np.concatenate([np.full(len(m), c[0]) for c, m, _ in ask]),
-                           np.concatenate([np.full(len(m), c[1]) for c, m, _ in ask]))
+        priced = fill_work(np.concatenate([small[m] for _, _, m in ask]),
+                           np.concatenate([np.full(len(m), c[0]) for _, c, m in ask]),
+                           np.concatenate([np.full(len(m), c[1]) for _, c, m in ask]))
         a = 0
-        for cls, m, arr in ask:
-            arr[m] = priced[a:a + len(m)]
+        for j, _, m in ask:
+            work[j, m] = priced[a:a + len(m)]
             a += len(m)
-            work_at[cls] = arr
-    work_list = {cls: arr.tolist() for cls, arr in work_at.items()}
-    small_len = lengths[small].astype(np.float64).tolist()
-    blocked: list = []  # bins full of tokens for now (best_for_fill)
-    for j, i in enumerate(small.tolist()):
-        L = small_len[j]
-        while blocked and -blocked[0][0] >= L:  # bins that can take this many tokens again
-            _, cls, e = heapq.heappop(blocked)
-            heapq.heappush(pk.classes[cls], e)
-            room[cls] = pk.top_room(cls)
+
+    # LPT: one max-heap of room per class (every bin in exactly one heap, so a bin's update is one
+    # heapreplace and no entry goes stale); each sequence takes the roomiest top over the classes that fit it.
+    # A top that fails only the token budget waits in ``blocked`` (keyed by the longest sequence it can still
+    # take) and returns to its heap once a short enough sequence comes.
+    mb_l, first_l, cls_l = mb_a.tolist(), first_a.tolist(), cls_a.tolist()
+    cap_l = cap_a.tolist()
+    load_l, tok_l = load_a.tolist(), tok_a.tolist()
+    csz = [float(c) for c, _ in classes]
+    nc = len(classes)
+    heaps: list[list[tuple[float, int]]] = [[] for _ in range(nc)]
+    for g in range(len(mb_l)):
+        heaps[cls_l[g]].append((load_l[g] - cap_l[g], g))
+    for h in heaps:
+        heapq.heapify(h)
+    work_l = [work[j].tolist() for j in range(nc)]
+    L_l = L.tolist()
+    where_l = [-1] * ns
+    blocked: list[tuple[float, int]] = []  # (−longest sequence it can take, bin)
+    lim_ = lim
+    fc = ci[fill]
+    # the classes each sequence can go to at all (priced: not screened out above), as a tuple per sequence
+    mask = (np.isfinite(work) << np.arange(nc)[:, None]).sum(axis=0).tolist() if ns else []
+    tuples = {m: tuple(c for c in range(nc) if m >> c & 1) for m in set(mask)}
+    cands = [tuples[m] for m in mask]
+    for j in range(ns):
+        Lj = L_l[j]
+        while blocked and -blocked[0][0] >= Lj:
+            g = heapq.heappop(blocked)[1]
+            heapq.heappush(heaps[cls_l[g]], (load_l[g] - cap_l[g], g))
+        skip = 0  # classes ruled out for this sequence (bit mask)
         while True:
-            placed = False
-            # The class whose roomiest bin has the most room first: the first bin that takes the sequence
-            # is the one with the most room now (LPT), without a look at every class.
-            first = max(classes, key=room.__getitem__)
-            w = work_list[first][j]
-            if room[first] >= w:
-                hit = pk.best_for_fill(first, w, L / first[0], blocked)
-                if hit is not None:
-                    pk.add(pk.realize(hit[1], first), i, w, L / first[0])
-                    room[first] = pk.top_room(first)
-                    break
-                room[first] = pk.top_room(first)
-            for cls in sorted(classes, key=room.__getitem__, reverse=True):
-                w = work_list[cls][j]
-                if room[cls] < w:
-                    continue
-                hit = pk.best_for_fill(cls, w, L / cls[0], blocked)
-                if hit is not None:
-                    pk.add(pk.realize(hit[1], cls), i, w, L / cls[0])
-                    room[cls] = pk.top_room(cls)
-                    placed = True
-                    break
-                room[cls] = pk.top_room(cls)
-            if placed:
-                break
-            # a new microbatch tall enough for the sequence on its first block, even on a slow rank
-            pk.offer_free(pk.new_mb((overhead[fill] + float(shares[i])) * pk.slowest(0, fill[0])), fill)
-            room[fill] = pk.top_room(fill)
-    return Layout(pk.bins, pk.caps, pk.cursor, heavy_mbs, slowdown)
+            best, bc = 1.0, -1  # most room = most negative key
+            for c in cands[j]:
+                h = heaps[c]
+                if h and h[0][0] < best and not skip >> c & 1:
+                    best, bc = h[0][0], c
+            if bc < 0:  # fits nowhere: a new microbatch, tall enough for it on its first block even if slow
+                k = pk.new_mb((ovh_f + work_l[fc][j]) * pk.slowest(0, cf))
+                f, c_ = _blocks(pk, k, cf)
+                for fr, cp in zip(f.tolist(), c_.tolist()):
+                    g = len(mb_l)
+                    mb_l.append(k)
+                    first_l.append(fr)
+                    cls_l.append(fc)
+                    cap_l.append(cp)
+                    load_l.append(ovh_f)
+                    tok_l.append(0.0)
+                    heapq.heappush(heaps[fc], (ovh_f - cp, g))
+                skip = 0
+                continue
+            w = work_l[bc][j]
+            if best + w > 0.0:  # the roomiest bin of this class cannot take it: none of the class can
+                skip |= 1 << bc
+                continue
+            g = heaps[bc][0][1]
+            t = Lj / csz[bc]
+            if tok_l[g] + t > lim_:
+                heapq.heappop(heaps[bc])
+                heapq.heappush(blocked, (-(lim_ - tok_l[g]) * csz[bc], g))
+                continue
+            load_l[g] += w
+            tok_l[g] += t
+            heapq.heapreplace(heaps[bc], (load_l[g] - cap_l[g], g))
+            where_l[j] = g
+            break
+    mb_a, first_a = np.asarray(mb_l, dtype=np.int64), np.asarray(first_l, dtype=np.int64)
+    load_a = np.asarray(load_l, dtype=np.float64)
+    where = np.asarray(where_l, dtype=np.int64)
+    if fill_estimate is not None and ns:  # the estimated work in other classes' groups, priced exactly now
+        cl = np.asarray(cls_l, dtype=np.int64)[where]
+        other = np.flatnonzero(cl != fc)
+        if other.size:
+            b = where[other]
+            exact = fill_work(small[other], csize[cl[other]].astype(np.int64),
+                              np.asarray([u for _, u in classes], dtype=np.int64)[cl[other]])
+            np.add.at(load_a, b, exact - work[cl[other], other])
+    # groups: phase A's bins, then every free block that took a sequence
+    used = np.unique(where[where >= nb0])
+    gid = np.full(len(mb_a), -1, dtype=np.int64)
+    gid[:nb0] = np.arange(nb0)
+    gid[used] = nb0 + np.arange(len(used))
+    keep = np.r_[np.arange(nb0), used].astype(np.int64)
+    n = len(lengths)
+    seq_group = np.full(n, -1, dtype=np.int64)
+    a_pos = [i for bn in bins for i in bn.seqs]
+    a_grp = [g for g, bn in enumerate(bins) for _ in bn.seqs]
+    seq_group[np.asarray(a_pos, dtype=np.int64)] = np.asarray(a_grp, dtype=np.int64)
+    seq_group[small] = gid[where]
+    placed = np.r_[np.asarray(a_pos, dtype=np.int64), small]  # placement order
+    return Layout(mb=mb_a[keep], first=first_a[keep],
+                  size=np.r_[np.asarray([bn.size for bn in bins], dtype=np.int64), np.full(len(used), cf)],
+                  u=np.r_[np.asarray([bn.u for bn in bins], dtype=np.int64), np.full(len(used), uf)],
+                  load=load_a[keep], seq_group=seq_group, placed=placed, caps=list(pk.caps),
+                  heavy_mbs=heavy_mbs, slow=slow)
+

@@ -139,6 +139,23 @@ class Pricer:
         j = np.searchsorted(self._grid, self.uniq[self.inv[np.asarray(pos, dtype=np.int64)]], side="right") - 1
         return LOWER_SAFETY * row[np.maximum(j, 0)]
 
+    def estimate(self, pos: np.ndarray, size: int, ulysses: int) -> np.ndarray | None:
+        """``work(pos, size, ulysses)`` read off the grid without pricing: the local power law between the
+        grid points around each length (exact at grid points; where the grid's work is non-decreasing, else
+        None). Placement ranks candidate groups with it and prices only what it places."""
+        row = getattr(self, "_grid_rows", {}).get(int(size) * _KEY + int(ulysses))
+        if row is None:
+            return None
+        L = self.uniq[self.inv[np.asarray(pos, dtype=np.int64)]].astype(np.float64)
+        g = self._grid
+        hi = np.clip(np.searchsorted(g, L, side="left"), 1, len(g) - 1) if len(g) > 1 else np.zeros(len(L), int)
+        if len(g) == 1:
+            return row[hi] * L / g[0]
+        lo = hi - 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            expo = np.log(row[hi] / row[lo]) / np.log(g[hi] / g[lo])
+        return row[lo] * (L / g[lo]) ** np.nan_to_num(expo, nan=1.0, posinf=1.0, neginf=1.0)
+
     def narrow(self, stage_times: np.ndarray) -> None:
         """Price the work from now on only at the stages that are the heaviest in some column of
         ``stage_times`` ([p, probes], every stage)."""

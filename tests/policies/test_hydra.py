@@ -214,9 +214,11 @@ def test_fill_balances_equal_items_like_lpt() -> None:
                 sizes=np.ones(n, dtype=np.int64), ulysses=np.ones(n, dtype=np.int64), shares=shares,
                 heavy=np.zeros(n, dtype=bool), m_light=1, order_key=np.arange(n), overhead={(1, 1): 0.0},
                 fill=(1, 1), fill_work=lambda pos, s, u: np.full(len(pos), 0.01 / s))
-    loads = sorted(b.load for b in lay.bins)
+    loads = np.sort(lay.load)
     assert loads[-1] - loads[0] <= 0.01 + 1e-12
-    assert sum(len(b.seqs) for b in lay.bins) == n
+    assert (lay.seq_group >= 0).all() and np.bincount(lay.seq_group).sum() == n
+    # every group's load is its sequences' work (0.01 each, no overhead)
+    assert np.allclose(lay.load, 0.01 * np.bincount(lay.seq_group, minlength=len(lay.load)))
 
 
 def test_pack_heavy_is_first_fit_by_free_ranks() -> None:
