@@ -5,18 +5,21 @@ No valid plan of a batch, whatever policy made it, finishes an iteration of :fun
 ``group_costs``, over every CP degree and Ulysses degree the plan validator allows, and takes the largest of:
 
 * **work** (per stage s): the busiest rank of s is busy at least the pool's mean, and the mean is at least
-  (Σ over sequences of their least rank-work + the fixed per-group work of the fewest rank-slots memory
-  allows) / W; before its first operation the stage waits for the cheapest possible forwards of stages < s
-  (fill); after its last one it needs its own gradient sync and optimizer step, or the cheapest backwards of
-  stages < s and stage 0's sync (drain);
+  Σ over sequences of their least rank-work / W. A sequence's rank-work at degree c and Ulysses degree u is
+  its own part of its group's compute, c·a(L), plus its token share of the group's fixed work c·K, at
+  least L·K/M since a group of c ranks holds at most c·M tokens; K is read off two 1-token probes. Before
+  its first operation the stage waits for the cheapest possible forwards of stages < s (fill); after its
+  last one it needs its own gradient sync and optimizer step, or the cheapest backwards of stages < s and
+  stage 0's sync (drain);
 * **critical chain**: every sequence's group runs its forward through stages 0..p−1 and its backward back
   to 0, with the PP transfers between, then stage 0 syncs: the longest such chain over the sequences, each at
   its best degree and engine.
 
 Valid for any cost model whose *compute plus TP communication* is, per group of degree c with Ulysses
-degree u, a sum of non-negative per-sequence terms (depending on L, c, u, the stage only) plus a group term
-that is at least an empty group's; CP communication enters only as ≥ 0, PP transfers only as non-decreasing
-in tokens.
+degree u, a sum of non-negative per-sequence terms a(L) (depending on L, c, u, the stage only) plus a group
+term K ≥ 0 that is at least an empty group's (assumption C); CP communication enters only as ≥ 0 — for the
+analytic model as at least its Ulysses all-to-alls' affine floor (:func:`ulysses_floor`, assumption U) —
+and PP transfers only as non-decreasing in tokens.
 Both shipped models are such (docs/bound.md); ``tests/sim/test_bound_properties.py`` checks the bound
 against random valid plans and every policy.
 
@@ -105,13 +108,14 @@ def ulysses_floor(cost_model: CostModel, tpr: np.ndarray, u: np.ndarray) -> np.n
     communication then enters only as ≥ 0)."""
     if not isinstance(cost_model, AnalyticCostModel):
         return 0.0
-    u = np.asarray(u, dtype=np.float64)
-    t0 = [cost_model._ulysses_time(np.zeros_like(u), u, np.full(u.shape, x)) for x in (False, True)]
-    t1 = [cost_model._ulysses_time(np.ones_like(u), u, np.full(u.shape, x)) for x in (False, True)]
+    uniq, idx = np.unique(np.asarray(u, dtype=np.float64), return_inverse=True)  # priced once per degree
+    t0 = [cost_model._ulysses_time(np.zeros_like(uniq), uniq, np.full(uniq.shape, x)) for x in (False, True)]
+    t1 = [cost_model._ulysses_time(np.ones_like(uniq), uniq, np.full(uniq.shape, x)) for x in (False, True)]
     alpha = np.minimum(t0[0], t0[1])
     beta = np.maximum(np.minimum(t1[0] - t0[0], t1[1] - t0[1]), 0.0)
     nl = cost_model.job.layers_per_stage
-    return np.where(u > 1, nl * (alpha + beta * np.asarray(tpr, dtype=np.float64)), 0.0)
+    per = np.where(uniq > 1, nl, 0.0)
+    return (per * alpha)[idx] + (per * beta)[idx] * np.asarray(tpr, dtype=np.float64)
 
 
 def group_fixed(cost_model: CostModel, stage: int, size: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
