@@ -80,20 +80,90 @@ def _schedule(m: int, p: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray],
     return np.asarray(phase), np.asarray(mb), levels, dep_a, prev_a
 
 
+@lru_cache(maxsize=256)
+def _levels(m: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_schedule` with the operations renumbered level by level (each level a contiguous range):
+    per operation its phase, microbatch and level, and the renumbered dependency and previous operation
+    (n, one past the last operation, for none: the caller's row of zeros)."""
+    phase, mb, levels, dep, prev = _schedule(m, p)
+    order = np.concatenate(levels)
+    n = len(order)
+    new = np.empty(n + 1, dtype=np.int64)
+    new[order] = np.arange(n)
+    new[n] = n  # index −1 reads new[-1] = n
+    level = np.repeat(np.arange(len(levels)), [len(x) for x in levels])
+    return phase[order], mb[order], level, new[dep[order]], new[prev[order]]
+
+
+@lru_cache(maxsize=64)
+def _merged(ms: tuple[int, ...], p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+    """The schedules of several columns (m = ``ms``) as one: operations ordered by level (column by column
+    within a level), each column's microbatches offset to its own rows. Returns per operation its phase and
+    row, the column of each operation, and per level (start, stop, dependencies then previous ops, count)."""
+    parts = [_levels(m, p) for m in ms]
+    sizes = [len(x[0]) for x in parts]
+    base = np.cumsum([0] + sizes)
+    rows = np.cumsum([0] + list(ms))
+    n = int(base[-1])
+    level = np.concatenate([x[2] for x in parts])
+    order = np.argsort(level, kind="stable")
+    new = np.empty(n + 1, dtype=np.int64)
+    new[order] = np.arange(n)
+    new[n] = n
+    dep = np.concatenate([np.where(x[3] == s, n, x[3] + b) for x, s, b in zip(parts, sizes, base)])
+    prev = np.concatenate([np.where(x[4] == s, n, x[4] + b) for x, s, b in zip(parts, sizes, base)])
+    phase = np.concatenate([x[0] for x in parts])[order]
+    row = np.concatenate([x[1] + r for x, r in zip(parts, rows)])[order]
+    col = np.repeat(np.arange(len(ms)), sizes)[order]
+    dep, prev, lv = new[dep[order]], new[prev[order]], level[order]
+    bounds = np.searchsorted(lv, np.arange(int(lv[-1]) + 2)).tolist() if n else [0]
+    steps = [(lo, hi, np.r_[dep[lo:hi], prev[lo:hi]], hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return phase, row, col, steps
+
+
+def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACTION) -> list[np.ndarray]:
+    """:func:`makespans` of several [C_i, m_i] height matrices (columns of different microbatch counts) in
+    one level sweep: the sweeps of the columns run side by side, each level one vector step for all of
+    them (rows beyond a matrix's C_i are padded with zeros and dropped). The same values as one call each."""
+    Hs = [np.atleast_2d(np.asarray(h, dtype=np.float64)) for h in heights]
+    keep = [i for i, h in enumerate(Hs) if h.shape[1] > 0]
+    out = [np.zeros(h.shape[0]) for h in Hs]
+    if not keep:
+        return out
+    ms = tuple(Hs[i].shape[1] for i in keep)
+    C = max(Hs[i].shape[0] for i in keep)
+    phase, row, col, steps = _merged(ms, p)
+    stacked = np.zeros((sum(ms), C))
+    r = 0
+    for i in keep:
+        h = Hs[i]
+        stacked[r:r + h.shape[1], :h.shape[0]] = h.T
+        r += h.shape[1]
+    dur = np.where(phase[:, None] == 0, phi, 1.0 - phi) * stacked[row]  # [ops, C]
+    n = len(phase)
+    end = np.zeros((n + 1, C))  # the last row stays 0: the target of "none"
+    for lo, hi, both, k in steps:
+        g = end[both]
+        seg = end[lo:hi]
+        np.maximum(g[:k], g[k:], out=seg)
+        seg += dur[lo:hi]
+    if len(keep) == 1:
+        best = end.max(axis=0)[None, :]
+    else:
+        grouped = np.argsort(col, kind="stable")
+        starts = np.searchsorted(col[grouped], np.arange(len(keep)))
+        best = np.maximum(np.maximum.reduceat(end[grouped], starts, axis=0), 0.0)
+    for j, i in enumerate(keep):
+        out[i] = best[j, :Hs[i].shape[0]].copy()
+    return out
+
+
 def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION) -> np.ndarray:
     """Makespan of one pipeline column for each row of ``heights`` [C, m] (one candidate order per row),
     all rows at once: the recurrence end = max(end[dependency], end[previous]) + duration runs level by
-    level over the fixed dependency structure with vector arithmetic."""
-    H = np.atleast_2d(np.asarray(heights, dtype=np.float64))
-    C, m = H.shape
-    if m == 0:
-        return np.zeros(C)
-    phase, mb, levels, dep, prev = _schedule(m, p)
-    dur = np.where(phase[:, None] == 0, phi, 1.0 - phi) * H.T[mb]  # [ops, C]
-    end = np.zeros((len(phase) + 1, C))  # the last row stays 0: the target of index −1
-    for ops in levels:
-        end[ops] = np.maximum(end[dep[ops]], end[prev[ops]]) + dur[ops]
-    return end.max(axis=0)
+    level over the fixed dependency structure with vector arithmetic (operations renumbered so that each
+    level is one contiguous block: one gather, one maximum and one addition per level)."""
+    return makespans_many([heights], p, phi)[0]
 
 
 def makespan(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION) -> float:
@@ -101,30 +171,37 @@ def makespan(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION) -> floa
     return float(makespans(np.asarray(heights)[None, :], p, phi)[0])
 
 
+def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Every order :func:`candidate_orders` may return (``ends`` = 0), the block's position among the light
+    microbatches of each row, and the number n of light ones. Row r puts the light microbatches before
+    position j_r, then the heavy block, then the rest: one gather from a [rows, m] index grid."""
+    idx = np.arange(len(heights))
+    hv, lt = idx[heavy], idx[~heavy]
+    blocks = [hv[np.argsort(-heights[hv], kind="stable")], hv[np.argsort(heights[hv], kind="stable")]]
+    if hv.size == 0 or lt.size == 0 or p == 1:
+        return np.concatenate([blocks[0], lt])[None, :].astype(np.int64), np.zeros(1, dtype=np.int64), 0
+    n = lt.size
+    positions = np.asarray(sorted(set(range(min(n, p) + 1)) | set(range(max(0, n - p), n + 1))
+                                  | set(range(0, n + 1, -(-n // 16)))), dtype=np.int64)
+    j = np.repeat(positions, 2)[:, None]  # two rows per position: tallest first, then last
+    t = np.arange(len(heights))[None, :]
+    blk = np.stack(blocks)[np.tile([0, 1], len(positions))]  # [rows, hv.size]
+    inside = (t >= j) & (t < j + hv.size)
+    light = lt[np.where(t < j, t, t - hv.size).clip(0, n - 1)]
+    heavy_at = np.take_along_axis(blk, (t - j).clip(0, hv.size - 1), axis=1)
+    return np.where(inside, heavy_at, light), j[:, 0], n
+
+
 def candidate_orders(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) -> np.ndarray:
     """[C, m] orders to score: light microbatches in their order, the heavy ones as one block (tallest first
     or last) at positions 0..p and n−p..n among the n light ones, and every ⌈n/16⌉-th position between
     (the middle: flanked by tall light microbatches when the light heights ramp up towards it); never inside
     the first or last ``ends`` light ones (a height profile's ramps stay at the ends)."""
-    idx = np.arange(len(heights))
-    hv, lt = idx[heavy], idx[~heavy]
-    blocks = [hv[np.argsort(-heights[hv], kind="stable")], hv[np.argsort(heights[hv], kind="stable")]]
-    if hv.size == 0 or lt.size == 0 or p == 1:
-        return np.concatenate([blocks[0], lt])[None, :].astype(np.int64)
-    n = lt.size
-    positions = sorted(set(range(min(n, p) + 1)) | set(range(max(0, n - p), n + 1))
-                       | set(range(0, n + 1, -(-n // 16))))
+    orders, j, n = _all_orders(np.asarray(heights), np.asarray(heavy, dtype=bool), p)
+    if n == 0:
+        return orders
     ends = min(ends, n // 2)
-    positions = [j for j in positions if ends <= j <= n - ends]
-    out = np.empty((2 * len(positions), len(heights)), dtype=np.int64)
-    r = 0
-    for j in positions:
-        for blk in blocks:
-            out[r, :j] = lt[:j]
-            out[r, j:j + hv.size] = blk
-            out[r, j + hv.size:] = lt[j:]
-            r += 1
-    return out
+    return orders[(j >= ends) & (j <= n - ends)]
 
 
 def best_order(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) -> tuple[list[int], float]:
@@ -134,6 +211,16 @@ def best_order(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) ->
     t = makespans(heights[orders], p)
     j = int(np.argmin(t))
     return orders[j].tolist(), float(t[j])
+
+
+def best_makespans(problems: list[tuple[np.ndarray, np.ndarray, int]], p: int) -> list[float]:
+    """``best_order(heights, heavy, p, ends)[1]`` of each (heights, heavy, ends) of ``problems``, all
+    scored in one :func:`makespans_many` sweep."""
+    mats = []
+    for heights, heavy, ends in problems:
+        heights = np.asarray(heights, dtype=np.float64)
+        mats.append(heights[candidate_orders(heights, np.asarray(heavy, dtype=bool), p, ends)])
+    return [float(t.min()) for t in makespans_many(mats, p)]
 
 
 RAMP_FLOORS = (0.25, 0.5)  # the shortest ramp microbatch as a fraction of τ (candidates)
@@ -159,7 +246,9 @@ def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) 
     shrink it. Candidates ramp r = 1..min(p, ⌊m/3⌋) microbatches at each end linearly from a·τ up towards τ
     (a in ``RAMP_FLOORS``) and raise the middle ones so that the total Σh = m·τ is kept (the same work); each
     is scored with the heavy microbatches at their best position (:func:`best_order`), and the flat profile
-    (every height τ) stays a candidate, so the choice is never worse than flat by the recurrence."""
+    (every height τ) stays a candidate, so the choice is never worse than flat by the recurrence. Every
+    profile × heavy position is one row of a single :func:`makespans` call (the candidate orders differ
+    between profiles only in the positions their ramps rule out)."""
     flat = np.full(m_light, float(tau))
     if m_light < 3 or p == 1:
         return flat
@@ -170,8 +259,40 @@ def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) 
             profiles.append(ramped(m_light, tau, p, r, a)[0])
             ramps.append(r)
     heavy = np.r_[np.ones(hv.size, dtype=bool), np.zeros(m_light, dtype=bool)]
-    scores = [best_order(np.r_[hv, h], heavy, p, r)[1] for h, r in zip(profiles, ramps)]
-    return profiles[int(np.argmin(np.asarray(scores) * (1 + 1e-9 * np.arange(len(scores)))))]
+    P = np.c_[np.broadcast_to(hv, (len(profiles), hv.size)), np.asarray(profiles)]  # [profiles, m]
+    orders, j, n = _all_orders(P[0], heavy, p)  # the block's order depends on the heavy heights only
+    rows, owner = [], []
+    for i, r in enumerate(ramps):
+        e = min(r, n // 2)
+        sel = np.flatnonzero((j >= e) & (j <= n - e)) if n else np.zeros(1, dtype=np.int64)
+        rows.append(sel)
+        owner.append(np.full(sel.size, i))
+    sel, who = np.concatenate(rows), np.concatenate(owner)
+    t = makespans(P[who[:, None], orders[sel]], p)
+    scores = np.minimum.reduceat(t, np.searchsorted(who, np.arange(len(profiles))))
+    return profiles[int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))]
+
+
+def _block_sums(x: np.ndarray, W: int) -> np.ndarray:
+    """The sums of ``x``'s aligned blocks of s columns along the last axis for s = W/2, W/4, …, 1, side by
+    side (2W − 2 columns): each numpy's sum over the block's columns in their order, the same numbers as the
+    mirroring loop of the first version took."""
+    parts = []
+    s = W // 2
+    while s >= 1:
+        parts.append(x.reshape(*x.shape[:-1], W // s, s).sum(axis=-1))
+        s //= 2
+    return np.concatenate(parts, axis=-1)
+
+
+@lru_cache(maxsize=16)
+def _children(L: int) -> list[np.ndarray]:
+    """Per tree level l < L: [2^l, 2, 2], node a's two halves in slot order, kept (flip 0) or swapped (1)."""
+    out = []
+    for lv in range(L):
+        a = np.arange(1 << lv, dtype=np.int64)
+        out.append(np.stack([np.c_[2 * a, 2 * a + 1], np.c_[2 * a + 1, 2 * a]], axis=1))
+    return out
 
 
 def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.ndarray:
@@ -185,11 +306,66 @@ def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.nda
     ranks' size. Returns ``pos`` [m, W]: the new rank of each old rank. O(m · W · log W), vectorised per level.
     With ``slow`` ([W] slow-down factors ≥ 1, stragglers) the halves compare time, not load: a column's load
     takes f times as long, and the halves swap when that lowers the larger of their projected times.
+
+    A swap moves whole halves, so when level s is decided each slot of s columns holds one aligned block of
+    s old ranks in their own order: the load of a half is that block's sum, computed for every microbatch and
+    level up front. A node (an aligned block of 2s old ranks) swaps its halves when its own difference (first
+    half − second) times the difference of what the two slots it sits on carried is positive.
     """
     m, W = loads.shape
     pos = np.tile(np.arange(W), (m, 1))
     if W & (W - 1) or W == 1:
         return pos
+    if slow is not None:
+        return _balance_slow(loads, slow, pos)
+    L = W.bit_length() - 1  # levels; level l has 2^l nodes, heap-numbered 2^l − 1 + a
+    have = _block_sums(np.asarray(loads, dtype=np.float64), W)  # [m, 2W − 2]: level l's 2^(l+1) halves
+    dh = have[:, 0::2] - have[:, 1::2]  # [m, W − 1] node differences, heap order
+    top = min(L, 4)  # levels of 1, 2, 4, 8 nodes in Python floats, the rest vectorised
+    head = (1 << top) - 1
+    dh_head = dh[:, :head].tolist()
+    dh_lv = [dh[:, (1 << lv) - 1:(2 << lv) - 1] for lv in range(L)]  # [m, 2^l] per level
+    child = _children(L)
+    total = np.zeros(W)
+    carried = np.empty(2 * W - 2)  # the sums of ``total`` over every level's halves (as _block_sums)
+    sums, s, o = [], W // 2, 0
+    while s > 1:
+        sums.append((total.reshape(W // s, s), carried[o:o + W // s]))
+        o, s = o + W // s, s // 2
+    # the last level's halves are single columns: their sums are the columns (a sum of one number)
+    dc = np.empty(W - 1)
+    dc_lv = [dc[(1 << lv) - 1:(2 << lv) - 1] for lv in range(L)]
+    idx = np.empty((m, W), dtype=np.int64)
+    for k in range(m):
+        for x, out in sums:
+            np.add.reduce(x, axis=1, out=out)
+        carried[W - 2:] = total
+        np.subtract(carried[0::2], carried[1::2], out=dc)  # per slot pair, heap order
+        dc_head = dc[:head].tolist()
+        hk = dh_head[k]
+        A = [0]
+        for lv in range(top):
+            off = (1 << lv) - 1
+            nxt: list[int] = []
+            for i, a in enumerate(A):
+                if hk[off + a] * dc_head[off + i] > 0:
+                    nxt += (2 * a + 1, 2 * a)
+                else:
+                    nxt += (2 * a, 2 * a + 1)
+            A = nxt
+        A = np.asarray(A, dtype=np.int64)
+        for lv in range(top, L):
+            f = (dh_lv[lv][k][A] * dc_lv[lv]) > 0
+            A = child[lv][A, f.view(np.int8)].reshape(-1)
+        idx[k] = A
+        total += loads[k][A]
+    pos[np.arange(m)[:, None], idx] = np.arange(W)[None, :]
+    return pos
+
+
+def _balance_slow(loads: np.ndarray, slow: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """:func:`balance_columns` with slow-down factors (the first version's loop)."""
+    m, W = loads.shape
     total = np.zeros(W)
     for k in range(m):
         idx = np.arange(W)  # idx[new position] = old rank
@@ -197,15 +373,12 @@ def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.nda
         while s >= 1:
             blocks = idx.reshape(-1, 2, s)
             have = loads[k][blocks].sum(axis=2)
-            if slow is None:
-                carried = total.reshape(-1, 2, s).sum(axis=2)
-                flip = ((have[:, 0] - have[:, 1]) * (carried[:, 0] - carried[:, 1])) > 0
-            else:  # per half: time carried, and the mean factor a load placed there runs at
-                carried = (total * slow).reshape(-1, 2, s).sum(axis=2)
-                f = slow.reshape(-1, 2, s).mean(axis=2)
-                stay = np.maximum(carried[:, 0] + have[:, 0] * f[:, 0], carried[:, 1] + have[:, 1] * f[:, 1])
-                swap = np.maximum(carried[:, 0] + have[:, 1] * f[:, 0], carried[:, 1] + have[:, 0] * f[:, 1])
-                flip = swap < stay
+            # per half: time carried, and the mean factor a load placed there runs at
+            carried = (total * slow).reshape(-1, 2, s).sum(axis=2)
+            f = slow.reshape(-1, 2, s).mean(axis=2)
+            stay = np.maximum(carried[:, 0] + have[:, 0] * f[:, 0], carried[:, 1] + have[:, 1] * f[:, 1])
+            swap = np.maximum(carried[:, 0] + have[:, 1] * f[:, 0], carried[:, 1] + have[:, 0] * f[:, 1])
+            flip = swap < stay
             blocks[flip] = blocks[flip][:, ::-1, :]
             idx = blocks.reshape(-1)
             s //= 2
