@@ -128,6 +128,20 @@ def group_fixed(cost_model: CostModel, stage: int, size: np.ndarray, u: np.ndarr
     return np.maximum(2.0 * one_f - two_f, 0.0), np.maximum(2.0 * one_b - two_b, 0.0)
 
 
+def stage_classes(cost_model: CostModel, num_stages: int) -> list[int]:
+    """Per stage, the stage whose compute + TP communication (and Ulysses floor) it shares for every group,
+    so that the bound prices each class once. ``AnalyticCostModel`` with a dense model: every stage runs
+    ``layers_per_stage`` identical layers and only the ends differ (the embedding at stage 0, the LM head at
+    p − 1: ``AnalyticCostModel.ends_s``), so stages 1 … p − 2 are one class (links, which depend on the
+    stage, are CP communication, outside what the bound reads); ``tests/sim/test_bound_properties.py``
+    checks it. A MoE model (its stages mix dense and MoE layers) and any other cost model: every stage its
+    own class."""
+    p = int(num_stages)
+    if isinstance(cost_model, AnalyticCostModel) and not cost_model.job.model.is_moe and p == cost_model.job.pp:
+        return [s if s in (0, p - 1) else min(1, p - 1) for s in range(p)]
+    return list(range(p))
+
+
 def _options(pool: int, us: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """All (degree c, Ulysses u) pairs with u | c ≤ pool."""
     cs, uu = [], []
@@ -165,17 +179,16 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
                               f"ranks holds at {M} tokens per rank: no valid plan exists, so no bound")
     Mx = None if M is None else M * (1 + MEMORY_SLACK)
     opt_index = np.tile(np.arange(n_o), n_u)[ok]  # each (length, option) row's option
-    fwd, bwd, fixed_f, fixed_b, empty_f, empty_b = [], [], [], [], [], []
-    for s in range(p):
+    # Price every stage class once (stage_classes: interior stages of a dense analytic model are one class).
+    rep = stage_classes(cost_model, p)
+    priced: dict[int, tuple] = {}
+    for s in sorted(set(rep)):
         f, b = _compute(cost_model, s, Lr, np.arange(len(Lr)), cr, ur)
-        fwd.append(f)
-        bwd.append(b)
         kf, kb = group_fixed(cost_model, s, cand_c, cand_u)
-        fixed_f.append(kf)
-        fixed_b.append(kb)
         zf, zb = _compute(cost_model, s, np.zeros(0), np.zeros(0), cand_c, cand_u)
-        empty_f.append(zf)
-        empty_b.append(zb)
+        priced[s] = (f, b, kf, kb, zf, zb)
+    fwd, bwd, fixed_f, fixed_b, empty_f, empty_b = ([priced[rep[s]][j] for s in range(p)] for j in range(6))
+    starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]]) if len(which) else np.zeros(0, dtype=np.int64)
 
     sync = np.array([cost_model.grad_sync_s(s) + cost_model.optimizer_s(s) for s in range(p)])
     zero_xfer = [float(np.min(cost_model.pp_transfer_s(np.zeros(1), s, np.arange(W)))) for s in range(p - 1)]
@@ -184,20 +197,23 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
     min_b = np.array([float(np.min(empty_b[s])) for s in range(p)])
 
     work, work_stage = 0.0, 0
+    per_class: dict[int, float] = {}
     for s in range(p):
-        K = (fixed_f[s] + fixed_b[s])[opt_index]
-        # Rank-work of each sequence at each option: c·a(L) (its share of the group's per-sequence compute)
-        # plus its token share of the group's fixed work c·K, at least L·K/M since a group of degree c holds
-        # at most c·M tokens; without memory, c·a(L) and one group's c·K at the end.
-        rw = cr * ((fwd[s] + bwd[s]) - K)
-        if Mx is not None:
-            rw = rw + Lr * K / Mx
-        least = np.full(n_u, np.inf)
-        np.minimum.at(least, which, rw)
-        per_seq = float(least[inverse].sum()) if len(L) else 0.0
-        if Mx is None and len(L):
-            per_seq += float(np.min(cand_c * (fixed_f[s] + fixed_b[s])))
-        mean_busy = per_seq / W
+        if rep[s] not in per_class:
+            K = (fixed_f[s] + fixed_b[s])[opt_index]
+            # Rank-work of each sequence at each option: c·a(L) (its share of the group's per-sequence compute)
+            # plus its token share of the group's fixed work c·K, at least L·K/M since a group of degree c
+            # holds at most c·M tokens; without memory, c·a(L) and one group's c·K at the end.
+            rw = cr * ((fwd[s] + bwd[s]) - K)
+            if Mx is not None:
+                rw = rw + Lr * K / Mx
+            # rows are grouped by length (which is sorted), every length has one (c = W fits)
+            least = np.minimum.reduceat(rw, starts) if len(L) else np.zeros(0)
+            per_seq = float(least[inverse].sum()) if len(L) else 0.0
+            if Mx is None and len(L):
+                per_seq += float(np.min(cand_c * (fixed_f[s] + fixed_b[s])))
+            per_class[rep[s]] = per_seq
+        mean_busy = per_class[rep[s]] / W
         fill = float(min_f[:s].sum() + sum(zero_xfer[:s]))
         drain = max(float(sync[s]), float(min_b[:s].sum() + sum(zero_xfer[:s]) + sync[0]))
         cand = fill + mean_busy + drain if len(L) else float(sync.max())
@@ -207,10 +223,9 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
     chain, chain_seq = 0.0, -1
     if len(L):
         comp = np.zeros(len(Lr))
-        for s in range(p):
-            comp += fwd[s] + bwd[s]
-        best = np.full(n_u, np.inf)
-        np.minimum.at(best, which, comp)
+        for r, k in zip(*np.unique(rep, return_counts=True)):
+            comp += k * (fwd[r] + bwd[r])
+        best = np.minimum.reduceat(comp, starts)
         if p > 1:
             # PP transfers priced per rank (each rank has its own link) for the CHAIN_LENGTHS lengths with the
             # longest compute chains: a max over fewer sequences is still a lower bound, and cheap.

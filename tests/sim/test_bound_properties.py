@@ -229,3 +229,26 @@ def test_ulysses_floor_is_below_the_exposed_cp_comm(layout, seed, stage) -> None
                 got = float(np.broadcast_to(cm.group_costs(alone, s).fwd_comm_s, (1,))[0])
                 want = float(np.broadcast_to(ulysses_floor(cm, alone.tokens_per_rank(), np.array([u])), (1,))[0])
                 assert got == pytest.approx(want, rel=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(layout=layouts(), seed=st.integers(0, 2**31 - 1))
+def test_stages_of_one_class_price_alike(layout, seed) -> None:
+    """``sim.bound.stage_classes`` lets the bound price one stage per class: every stage's compute + TP
+    communication (and Ulysses floor) of random groups must equal its class representative's, exactly."""
+    from dcpsim.sim.bound import _compute, stage_classes
+    job, cm = layout
+    rng = np.random.default_rng(seed)
+    us = ulysses_options(job)
+    G = int(rng.integers(1, 6))
+    size = rng.integers(1, job.pool + 1, G)
+    u = np.array([int(rng.choice([x for x in us if c % x == 0])) for c in size])
+    n = int(rng.integers(G, 3 * G + 1))
+    seq_group = np.r_[np.arange(G), rng.integers(0, G, n - G)]
+    seq_len = rng.integers(1, 100_000, n)
+    rep = stage_classes(cm, job.pp)
+    assert len(rep) == job.pp and all(rep[r] == r for r in rep)
+    for s in range(job.pp):
+        got = _compute(cm, s, seq_len, seq_group, size, u)
+        want = _compute(cm, rep[s], seq_len, seq_group, size, u)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (s, rep[s])
