@@ -34,7 +34,7 @@ from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile, makespan
+from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile
 from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, choose_target
 from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid, engine_options, rank_loads
@@ -114,7 +114,7 @@ class HyDra:
         use_profile = (not first_version) if self.profile is None else self.profile
         candidates = (1 if first_version else 3) if self.m_candidates is None else self.m_candidates
 
-        def build(choice) -> tuple[Plan, float]:
+        def build(choice) -> tuple[float, tuple]:
             tau = choice.tau
             k_seq, u_seq, heavy = self._degrees(grid, tm, tau, lengths, kmin, pricer)
             sizes = D[k_seq]
@@ -136,15 +136,20 @@ class HyDra:
                            m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
                            light_heights=profile, fill_lower=pricer.lower,
                            fill_estimate=pricer.estimate)
-            engines = self._engines(layout, job, pricer)
-            return self._assemble(W, job.pp, layout, engines, ids, M, tau, choice, int(heavy.sum()),
-                                  0 if profile is None else len(profile))
+            keys, order, score = self._order(layout, tau, job.pp, 0 if profile is None else len(profile))
+            return score, (layout, keys, order, choice, int(heavy.sum()), score)
 
-        plan, score = build(choice)
+        def finish(draft) -> Plan:
+            layout, keys, order, ch, n_heavy, sc = draft
+            engines = self._engines(layout, job, pricer)
+            return self._assemble(W, layout, keys, order, engines, ids, M, ch, n_heavy, sc)
+
+        score, draft = build(choice)
         if self.num_microbatches is None:
             # The closed-form pick of m misses at times (h100-512-256k seed 0: 85 microbatches, 36 is 8% faster):
-            # plan ⌈m/2⌉ and ⌈m/3⌉ too and keep the plan whose own microbatch heights run fastest through the
+            # place ⌈m/2⌉ and ⌈m/3⌉ too and keep the layout whose own microbatch heights run fastest through the
             # 1F1B recurrence (which ranks plans as the simulator does on the shipped scenarios; docs/hydra.md §5).
+            # The score needs only the placement: engines and the Plan are made for the winner alone.
             m0 = choice.m_light + choice.m_heavy
             for d in range(2, candidates + 1):
                 m_alt = -(-m0 // d)
@@ -154,9 +159,10 @@ class HyDra:
                                     capacity=None if slow is None else float((1.0 / slow).sum()))
                 if alt.m_light + alt.m_heavy >= m0:
                     continue
-                p_alt, s_alt = build(alt)
+                s_alt, d_alt = build(alt)
                 if s_alt < score * (1 - 1e-9):
-                    plan, score = p_alt, s_alt
+                    score, draft = s_alt, d_alt
+        plan = finish(draft)
         return plan
 
     # ---- step 3: degrees ------------------------------------------------------------------------------
@@ -267,9 +273,9 @@ class HyDra:
                 out[g] = u
         return out
 
-    def _assemble(self, W: int, pp: int, layout: Layout, engines: np.ndarray, ids: np.ndarray, M: int,
-                  tau: float, choice, n_heavy: int, n_profile: int = 0) -> tuple[Plan, float]:
-        """Order the microbatches (1F1B recurrence), balance the columns (aligned mirroring), build the Plan."""
+    def _order(self, layout: Layout, tau: float, pp: int, n_profile: int) -> tuple[list[int], list[int], float]:
+        """The microbatches' run order by the 1F1B recurrence: their keys (placement numbering), the order
+        (indices into keys) and the makespan of their heights (each the tallest group's load) in that order."""
         keys = np.unique(layout.mb).tolist()
         # a height profile's ramps (its first and last light microbatches below τ) stay at the two ends: the
         # microbatches placement opened beyond the profile go before the ramp down, the heavy block between
@@ -286,7 +292,13 @@ class HyDra:
         height = np.zeros(len(keys))
         np.maximum.at(height, slot_of[layout.mb], layout.load)
         is_heavy = np.asarray(keys) < layout.heavy_mbs
-        order, _ = best_order(height, is_heavy, pp, ends)
+        order, score = best_order(height, is_heavy, pp, ends) if keys else ([], 0.0)
+        return keys, order, score
+
+    def _assemble(self, W: int, layout: Layout, keys: list[int], order: list[int], engines: np.ndarray,
+                  ids: np.ndarray, M: int, choice, n_heavy: int, score: float) -> Plan:
+        """Balance the columns (aligned mirroring) of the microbatches in run order, build the Plan; ``score``:
+        the recurrence's makespan of its heights (:meth:`_order`)."""
         run_of = np.zeros(len(layout.caps), dtype=np.int64)  # microbatch key → position in the run order
         run_of[np.asarray(keys, dtype=np.int64)[order]] = np.arange(len(keys))
         rows = run_of[layout.mb]
@@ -315,11 +327,10 @@ class HyDra:
                 engine = engine_of[c, u] = engine_from_ulysses(c, u)
             mbs[r].append(CPGroup(tuple(range(first, first + c)), tuple(id_list[starts_at[g]:ends_at[g]]), engine))
         caps = [layout.caps[keys[i]] for i in order]
-        score = makespan(loads.max(axis=1), pp) if len(keys) else 0.0  # the plan's heights through 1F1B
         return make_plan(
             self.name, W, mbs,
-            target_s=tau, tolerance=self.tolerance, num_microbatches=len(keys),
+            target_s=choice.tau, tolerance=self.tolerance, num_microbatches=len(keys),
             chosen_microbatches=choice.m_light + choice.m_heavy, heavy_sequences=n_heavy,
             heavy_microbatches=layout.heavy_mbs, microbatch_caps_s=caps, max_tokens_per_rank=M,
             estimate_s=choice.estimate_s, recurrence_s=score, degrees=self.degrees,
-            cp_engine=self.cp_engine), score
+            cp_engine=self.cp_engine)
