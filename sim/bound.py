@@ -86,9 +86,9 @@ def ulysses_options(job) -> list[int]:
 
 def _compute(cost_model: CostModel, stage: int, seq_len: np.ndarray, seq_group: np.ndarray, size: np.ndarray,
              u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-rank forward and backward compute + TP communication of the groups (``size``, ``u``) holding the
-    sequences ``seq_len`` (group ``seq_group`` each): the part of an operation that assumption C covers
-    (docs/bound.md)."""
+    """Per-rank forward and backward compute + TP communication + Ulysses floor (:func:`ulysses_floor`) of the
+    groups (``size``, ``u``) holding the sequences ``seq_len`` (group ``seq_group`` each): compute' of
+    docs/bound.md, the part of an operation that assumptions C and U cover."""
     G = len(size)
     gb = GroupBatch(seq_len=np.asarray(seq_len, dtype=np.int64), seq_group=np.asarray(seq_group, dtype=np.int64),
                     size=size.astype(np.int64), ulysses=u.astype(np.int64), first_rank=np.zeros(G, dtype=np.int64))
