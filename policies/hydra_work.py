@@ -120,13 +120,70 @@ class Pricer:
         self.uniq, self.inv = np.unique(np.asarray(lengths, dtype=np.int64), return_inverse=True)
         self.stages: tuple[int, ...] | None = None  # None: every stage
         self.may_narrow = narrow
-        self._cols: dict[int, np.ndarray] = {}  # key → work of each distinct length (nan: not priced yet)
-        self._ovh: dict[int, float] = {}
+        # The memo: one row per option (size, ulysses), one column per distinct length; nan: not priced yet.
+        # Rows are found through a dense look-up table indexed [size, ulysses] (-1: no row yet), so a request
+        # costs a few array passes whatever the number of options in it.
+        self._tab = np.full((8, len(self.uniq)), np.nan)  # [rows, distinct lengths] work (s)
+        self._tab_ovh = np.full(8, np.nan)  # [rows] group overhead (s)
+        self._row_key = np.zeros(8, dtype=np.int64)  # [rows] size · _KEY + ulysses
+        self._rows = 0
+        self._lut = np.full((1, 1), -1, dtype=np.int64)  # [size, ulysses] → row
+
+    def _new_rows(self, keys: list[int]) -> None:
+        """Give each of ``keys`` (not yet known) a row of the memo."""
+        if not keys:
+            return
+        need = self._rows + len(keys)
+        if need > len(self._row_key):
+            cap = max(need, 2 * len(self._row_key))
+            tab = np.full((cap, self._tab.shape[1]), np.nan)
+            tab[:self._rows] = self._tab[:self._rows]
+            ovh = np.full(cap, np.nan)
+            ovh[:self._rows] = self._tab_ovh[:self._rows]
+            rk = np.zeros(cap, dtype=np.int64)
+            rk[:self._rows] = self._row_key[:self._rows]
+            self._tab, self._tab_ovh, self._row_key = tab, ovh, rk
+        smax = max(k // _KEY for k in keys)
+        umax = max(k % _KEY for k in keys)
+        if smax >= self._lut.shape[0] or umax >= self._lut.shape[1]:
+            lut = np.full((max(smax + 1, self._lut.shape[0]), max(umax + 1, self._lut.shape[1])), -1,
+                          dtype=np.int64)
+            lut[:self._lut.shape[0], :self._lut.shape[1]] = self._lut
+            self._lut = lut
+        for k in keys:
+            self._lut[k // _KEY, k % _KEY] = self._rows
+            self._row_key[self._rows] = k
+            self._rows += 1
+
+    def _row_of(self, size: int, ulysses: int) -> int:
+        lut = self._lut
+        if size >= lut.shape[0] or ulysses >= lut.shape[1] or lut[size, ulysses] < 0:
+            self._new_rows([size * _KEY + ulysses])
+        return int(self._lut[size, ulysses])
+
+    def _rows_of(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
+        """Memo row of each (size, ulysses) pair (int64 arrays ≥ 1 that broadcast together; rows are added for
+        pairs not seen yet)."""
+        lut = self._lut
+        if sizes.size == 0 or ulysses.size == 0:
+            return np.zeros(np.broadcast(sizes, ulysses).shape, dtype=np.int64)
+        if int(sizes.max()) < lut.shape[0] and int(ulysses.max()) < lut.shape[1]:
+            rows = lut[sizes, ulysses]
+            if int(rows.min()) >= 0:
+                return rows
+        new = []
+        for k in np.unique(sizes * _KEY + ulysses).tolist():
+            c, u = divmod(k, _KEY)
+            if c >= lut.shape[0] or u >= lut.shape[1] or lut[c, u] < 0:
+                new.append(k)
+        self._new_rows(new)
+        return self._lut[sizes, ulysses]
 
     def set_grid(self, grid: np.ndarray, keys: list[int], work: np.ndarray) -> None:
         """Keep the grid's work ([options, G] at the lengths ``grid``, option keys ``keys``) for :meth:`lower`."""
         self._grid = grid
-        self._grid_rows = {k: w for k, w in zip(keys, work) if (np.diff(w) >= 0).all()}
+        rising = (np.diff(work, axis=1) >= 0).all(axis=1).tolist()
+        self._grid_rows = {k: w for k, w, up in zip(keys, work, rising) if up}
 
     def lower(self, pos: np.ndarray, size: int, ulysses: int) -> np.ndarray | None:
         """A lower bound of ``work(pos, size, ulysses)`` without pricing: ``LOWER_SAFETY`` × the work at the
@@ -141,20 +198,20 @@ class Pricer:
 
     def estimate(self, pos: np.ndarray, size: int, ulysses: int) -> np.ndarray | None:
         """``work(pos, size, ulysses)`` read off the grid without pricing: the local power law between the
-        grid points around each length (exact at grid points; where the grid's work is non-decreasing, else
-        None). Placement ranks candidate groups with it and prices only what it places."""
-        row = getattr(self, "_grid_rows", {}).get(int(size) * _KEY + int(ulysses))
+        grid points around each length, i.e. linear interpolation in log-log (exact at grid points; constant
+        power beyond the ends), where the grid's work is non-decreasing, else None. Placement ranks candidate
+        groups with it and prices only what it places."""
+        key = int(size) * _KEY + int(ulysses)
+        row = getattr(self, "_grid_rows", {}).get(key)
         if row is None:
             return None
-        L = self.uniq[self.inv[np.asarray(pos, dtype=np.int64)]].astype(np.float64)
-        g = self._grid
-        hi = np.clip(np.searchsorted(g, L, side="left"), 1, len(g) - 1) if len(g) > 1 else np.zeros(len(L), int)
-        if len(g) == 1:
-            return row[hi] * L / g[0]
-        lo = hi - 1
-        with np.errstate(divide="ignore", invalid="ignore"):
-            expo = np.log(row[hi] / row[lo]) / np.log(g[hi] / g[lo])
-        return row[lo] * (L / g[lo]) ** np.nan_to_num(expo, nan=1.0, posinf=1.0, neginf=1.0)
+        logs = self.__dict__.setdefault("_log_rows", {})
+        if key not in logs:
+            logs[key] = np.log(np.maximum(row, _MIN_WORK_S))
+        if "_log_grid" not in self.__dict__:
+            self._log_grid = np.log(self._grid.astype(np.float64))
+            self._log_len = np.log(self.uniq.astype(np.float64))
+        return np.exp(np.interp(self._log_len[self.inv[np.asarray(pos, dtype=np.int64)]], self._log_grid, logs[key]))
 
     def narrow(self, stage_times: np.ndarray) -> None:
         """Price the work from now on only at the stages that are the heaviest in some column of
@@ -164,22 +221,29 @@ class Pricer:
 
     def set_overheads(self, keys: np.ndarray, overheads: np.ndarray) -> None:
         """Known overheads (keys size · 2^20 + ulysses), priced as :func:`group_overhead` prices them."""
-        self._ovh.update(zip(np.asarray(keys).tolist(), np.asarray(overheads, dtype=np.float64).tolist()))
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        if keys.size:
+            rows = self._rows_of(keys // _KEY, keys % _KEY)  # (may grow the memo)
+            self._tab_ovh[rows] = np.asarray(overheads, dtype=np.float64)
+
+    def _overhead_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Overhead of the options at memo ``rows``, priced (all missing ones in one call) where not known."""
+        o = self._tab_ovh[rows]
+        miss = np.isnan(o)
+        if miss.any():
+            need = np.unique(rows[miss])
+            k = self._row_key[need]
+            self._tab_ovh[need] = group_overhead(k // _KEY, k % _KEY, self.cost_model)
+            o = self._tab_ovh[rows]
+        return o
 
     def overhead(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
-        key = np.asarray(sizes, dtype=np.int64) * _KEY + np.asarray(ulysses, dtype=np.int64)
-        if key.size == 1:
-            k = int(key.reshape(-1)[0])
-            if k not in self._ovh:
-                self._ovh[k] = float(group_overhead(np.array([k // _KEY]), np.array([k % _KEY]), self.cost_model)[0])
-            return np.array([self._ovh[k]])
-        uk, inv = np.unique(key, return_inverse=True)
-        miss = [k for k in uk.tolist() if k not in self._ovh]
-        if miss:
-            m = np.asarray(miss, dtype=np.int64)
-            for k, o in zip(miss, group_overhead(m // _KEY, m % _KEY, self.cost_model).tolist()):
-                self._ovh[k] = o
-        return np.asarray([self._ovh[k] for k in uk.tolist()])[inv.reshape(-1)]
+        """Group overhead (s) of each (size, ulysses) pair (arrays broadcast; the result is flat)."""
+        if np.ndim(sizes) == 0 and np.ndim(ulysses) == 0:
+            return self._overhead_rows(np.array([self._row_of(int(sizes), int(ulysses))]))
+        s = np.asarray(sizes, dtype=np.int64)
+        u = np.asarray(ulysses, dtype=np.int64)
+        return self._overhead_rows(self._rows_of(s, u).reshape(-1))
 
     def work(self, pos: np.ndarray, sizes: np.ndarray | int, ulysses: np.ndarray | int) -> np.ndarray:
         """Per-rank work (s) of the sequences at batch positions ``pos`` (elementwise; scalars broadcast)."""
@@ -188,37 +252,23 @@ class Pricer:
         if n == 0:
             return np.zeros(0)
         li = self.inv[pos]
-        key = np.broadcast_to(np.asarray(sizes, dtype=np.int64) * _KEY + np.asarray(ulysses, dtype=np.int64), (n,))
-        if key[0] == key[-1] and (n == 1 or (key == key[0]).all()):
-            groups = [(int(key[0]), np.arange(n))]
+        U = len(self.uniq)
+        if np.ndim(sizes) == 0 and np.ndim(ulysses) == 0:
+            flat = li + self._row_of(int(sizes), int(ulysses)) * U
         else:
-            order = np.argsort(key, kind="stable")
-            ks = key[order]
-            cut = np.flatnonzero(ks[1:] != ks[:-1]) + 1
-            groups = [(int(ks[a]), order[a:b]) for a, b in zip(np.r_[0, cut], np.r_[cut, n])]
-        todo_l, todo_k, todo_col = [], [], []
-        for k, sel in groups:
-            col = self._cols.get(k)
-            if col is None:
-                col = self._cols[k] = np.full(len(self.uniq), np.nan)
-            mark = np.zeros(len(col), dtype=bool)
-            mark[li[sel]] = True
-            need = np.flatnonzero(mark & np.isnan(col))  # distinct lengths not priced yet, ascending
-            if need.size:
-                todo_l.append(need)
-                todo_k.append(np.full(need.size, k, dtype=np.int64))
-                todo_col.append(col)
-        if todo_l:
-            al, ak = np.concatenate(todo_l), np.concatenate(todo_k)
-            iso = _price(self.uniq[al], ak // _KEY, ak % _KEY, self.cost_model, self.stages)
-            w = np.maximum(_MIN_WORK_S, iso - self.overhead(ak // _KEY, ak % _KEY))
-            a = 0
-            for need, col in zip(todo_l, todo_col):
-                col[need] = w[a:a + need.size]
-                a += need.size
-        out = np.empty(n)
-        for k, sel in groups:
-            out[sel] = self._cols[k][li[sel]]
+            rows = self._rows_of(np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64))
+            flat = np.broadcast_to(rows, (n,)) * U + li
+        tab = self._tab.reshape(-1)  # a view: the memo is C-contiguous
+        out = tab[flat]
+        miss = np.isnan(out)
+        if miss.any():
+            # every (option, distinct length) not priced yet, in one cost-model call per stage
+            need = np.unique(flat[miss])
+            r, j = np.divmod(need, U)
+            k = self._row_key[r]
+            iso = _price(self.uniq[j], k // _KEY, k % _KEY, self.cost_model, self.stages)
+            tab[need] = np.maximum(_MIN_WORK_S, iso - self._overhead_rows(r))
+            out[miss] = tab[flat[miss]]
         return out
 
 
@@ -306,42 +356,59 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
             opt_u.append(u)
     opt_k_a, opt_u_a = np.asarray(opt_k), np.asarray(opt_u)
     n_opt = len(opt_k)
+    oc = degrees[opt_k_a]
     if pricer is None:
-        w_all = sequence_work(np.tile(grid, n_opt), np.repeat(degrees[opt_k_a], G), np.repeat(opt_u_a, G),
+        w_all = sequence_work(np.tile(grid, n_opt), np.repeat(oc, G), np.repeat(opt_u_a, G),
                               cost_model).reshape(n_opt, G)
-        o_all = group_overhead(degrees[opt_k_a], opt_u_a, cost_model)
+        o_all = group_overhead(oc, opt_u_a, cost_model)
     else:
-        probe = np.unique(np.r_[np.arange(0, G, 4), G - 1])
+        probe = np.arange(0, G, 4)
+        if probe[-1] != G - 1:
+            probe = np.append(probe, G - 1)
         P = len(probe)
-        oc = degrees[opt_k_a]
         # one call per stage: the probes, then every option at 1 and 2 tokens (its overhead, as group_overhead)
-        t = _stage_times(np.r_[np.tile(grid[probe], n_opt), np.ones(n_opt, np.int64), np.full(n_opt, 2)],
-                         np.r_[np.repeat(oc, P), oc, oc], np.r_[np.repeat(opt_u_a, P), opt_u_a, opt_u_a],
-                         cost_model)
+        t = _stage_times(np.concatenate([np.tile(grid[probe], n_opt), np.ones(n_opt, np.int64),
+                                         np.full(n_opt, 2, np.int64)]),
+                         np.concatenate([np.repeat(oc, P), oc, oc]),
+                         np.concatenate([np.repeat(opt_u_a, P), opt_u_a, opt_u_a]), cost_model)
         pricer.narrow(t[:, :P * n_opt])
         t12 = t[:, P * n_opt:].max(axis=0)
         o_all = np.maximum(0.0, 2.0 * t12[:n_opt] - t12[n_opt:])
-        pricer.set_overheads(oc * _KEY + opt_u_a, o_all)
-        iso = _price(np.tile(grid, n_opt), np.repeat(degrees[opt_k_a], G), np.repeat(opt_u_a, G), cost_model,
-                     pricer.stages).reshape(n_opt, G)
+        keys = oc * _KEY + opt_u_a
+        pricer.set_overheads(keys, o_all)
+        # the work at the pricer's stages: the probes' columns are already priced (at every stage), the rest
+        # of the grid in one more call per stage
+        ts = t[:, :P * n_opt] if pricer.stages is None else t[list(pricer.stages), :P * n_opt]
+        iso = np.empty((n_opt, G))
+        iso[:, probe] = (ts.max(axis=0) if len(ts) > 1 else ts[0]).reshape(n_opt, P)
+        rest = np.ones(G, dtype=bool)
+        rest[probe] = False
+        if P < G:
+            R = G - P
+            iso[:, rest] = _price(np.tile(grid[rest], n_opt), np.repeat(oc, R), np.repeat(opt_u_a, R), cost_model,
+                                  pricer.stages).reshape(n_opt, R)
         w_all = np.maximum(_MIN_WORK_S, iso - o_all[:, None])
-        pricer.set_grid(grid, (degrees[opt_k_a] * _KEY + opt_u_a).tolist(), w_all)
+        pricer.set_grid(grid, keys.tolist(), w_all)
     alone = w_all + o_all[:, None]
-    best_u = np.ones((G, K), dtype=np.int64)
-    best_w = np.zeros((G, K))
-    best_o = np.zeros((G, K))
+    # the best option of each degree (the options of one degree are consecutive rows; first minimum on ties)
+    ends = np.searchsorted(opt_k_a, np.arange(K + 1))
+    best_r = np.empty((K, G), dtype=np.int64)
     for k in range(K):
-        rows = np.flatnonzero(opt_k_a == k)
-        r = rows[np.argmin(alone[rows], axis=0)]  # [G] best option per grid point
-        best_u[:, k], best_w[:, k], best_o[:, k] = opt_u_a[r], w_all[r, np.arange(G)], o_all[r]
+        a, b = int(ends[k]), int(ends[k + 1])
+        best_r[k] = a + np.argmin(alone[a:b], axis=0)
+    best_r = best_r.T  # [G, K]
+    best_u = opt_u_a[best_r].astype(np.int64)
+    best_w = w_all[best_r, np.arange(G)[:, None]]
+    best_o = o_all[best_r]
     fits = grid[:, None] <= budget * degrees[None, :]
     cell = np.searchsorted(grid, lengths, side="left")
-    # Per-sequence scale from the local power law of the smallest degree's column.
+    # Per-sequence scale from the local power law of the smallest degree's column (the exponent per grid cell).
     w0 = best_w[:, 0]
-    prev = np.maximum(cell - 1, 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        expo = np.where(cell > 0, np.log(w0[cell] / w0[prev]) / np.log(grid[cell] / grid[prev]), 1.0)
-    scale = (lengths / grid[cell]) ** np.nan_to_num(expo, nan=1.0)
+    expo_cell = np.ones(G)
+    if G > 1:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            expo_cell[1:] = np.log(w0[1:] / w0[:-1]) / np.log(grid[1:] / grid[:-1])
+    scale = (lengths / grid[cell]) ** np.nan_to_num(expo_cell, nan=1.0)[cell]
     terms = getattr(cost_model, "terms", None)
     return WorkGrid(grid, degrees, best_u, best_o, best_w, fits, cell, scale,
                     extra_overhead=bool(getattr(terms, "fixed_costs", True)))
