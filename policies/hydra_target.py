@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dcpsim.policies.hydra_order import best_order, ramped
+from dcpsim.policies.hydra_order import best_makespans, ramped
 from dcpsim.policies.hydra_work import WorkGrid
 
 TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
@@ -148,6 +148,36 @@ def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.nda
     return where, height
 
 
+def _pack_heights(loads: np.ndarray, sizes: np.ndarray, pool: int) -> np.ndarray:
+    """The microbatch heights of :func:`pack_heavy` (the same first fit), without the assignment: per degree
+    class, largest first, the loads in falling order fill the microbatches' free slots in turn, so each
+    microbatch's tallest new load is the first one it takes."""
+    free = np.zeros(0, dtype=np.int64)
+    height = np.zeros(0)
+    classes = sorted(set(sizes.tolist()), reverse=True)
+    for c in classes:
+        items = np.sort(loads if len(classes) == 1 else loads[sizes == c])[::-1]
+        n, per = len(items), pool // c
+        if not len(free):  # the first class opens its microbatches: ⌊pool / c⌋ loads each
+            height = np.maximum(items[::per], 0.0)
+            free = np.full(len(height), pool - c * per, dtype=np.int64)
+            free[-1] = pool - c * (n - per * (len(height) - 1))
+            continue
+        slots = free // c
+        have = int(slots.sum())
+        if have < n:
+            extra = -(-(n - have) // per)
+            free = np.concatenate([free, np.full(extra, pool, dtype=np.int64)])
+            height = np.concatenate([height, np.zeros(extra)])
+            slots = free // c
+        ends = np.cumsum(slots)
+        starts = ends - slots
+        got = np.flatnonzero((slots > 0) & (starts < n))
+        height[got] = np.maximum(height[got], items[starts[got]])
+        free = free - c * (np.minimum(ends, n) - np.minimum(starts, n))
+    return height
+
+
 @dataclass(frozen=True)
 class TargetChoice:
     tau: float  # load target of the light microbatches (s): the degree rule and the capacities
@@ -159,9 +189,27 @@ class TargetChoice:
     estimate_s: float  # Σ h + (p − 1) · max h, per stage
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """:meth:`TargetSearch.at` of several light counts at once, as arrays (one entry per count)."""
+
+    m: np.ndarray
+    tau: np.ndarray
+    level: np.ndarray
+    m_eff: np.ndarray
+    heavy: np.ndarray  # heavy set of each count: how many cells (the set is the cells of the highest thresholds)
+    light_tokens: np.ndarray
+    estimate: np.ndarray
+
+
 class TargetSearch:
     """τ(m) for any light microbatch count m, with the heavy set resolved (module docstring). Heavy packings
-    are cached by heavy set: the set changes only a few times over the range of m."""
+    are cached by heavy set: the set changes only a few times over the range of m.
+
+    Many counts are resolved at once (:meth:`many`): τ(m) for a vector of m is one [m, E] pass over the step
+    function, the heavy set at τ is the cells whose threshold exceeds τ (a count: the cells sorted by
+    threshold), and the degrees and groups of every count one [m, G, K] pass; each count's numbers are
+    those :meth:`at` gives it alone."""
 
     def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray,
                  budget: float, capacity: float | None = None) -> None:
@@ -173,41 +221,138 @@ class TargetSearch:
         self.R = np.bincount(grid.cell, weights=grid.scale, minlength=len(grid.lengths))
         self._heavy_cache: dict[bytes, tuple[np.ndarray, float, float, int]] = {}
         self._solved: dict[int, TargetChoice] = {}
+        self._upper = np.r_[tm.thresholds, np.inf]
+        self._lower = np.r_[0.0, tm.thresholds]
+        self._floor = max(tm.slot_overhead, 1e-12)
+        self._alone = alone_load(grid)
+        self._thr_asc = np.sort(tm.heavy_thr)
+        self._thr_desc = self._thr_asc[::-1]
+        self._tokens = float(lengths.sum())
+        self._per_seq: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        G = len(tm.heavy_thr)  # per heavy set (by its count of cells, 0: none): what at() reads of it
+        self._known = np.zeros(G + 1, dtype=bool)
+        self._known[0] = True
+        self._heights: list[np.ndarray] = [np.zeros(0)] * (G + 1)
+        self._tok_j, self._excl_j, self._hsum_j, self._hmax_j = (np.zeros(G + 1) for _ in range(4))
+        self._free_j = np.zeros(G + 1, dtype=np.int64)
 
     def _heavy(self, heavy_cells: np.ndarray) -> tuple[np.ndarray, float, float, int]:
         """(heights, tokens, rank-seconds excluded from the balance, free ranks) of a heavy cell set."""
         key = np.packbits(heavy_cells).tobytes()
         hit = self._heavy_cache.get(key)
         if hit is None:
-            g, tm = self.grid, self.tm
-            seq = np.flatnonzero(heavy_cells[g.cell])
-            cell = g.cell[seq]
-            k = tm.heavy_k[cell]
-            share = g.work[cell, k] * g.scale[seq]
-            _, heights = pack_heavy(share + g.overhead[cell, k], g.degrees[k], self.W)
-            heavy_rw = float(tm.rank_work[heavy_cells, tm.heavy_k[heavy_cells]].sum())
-            spare = float(self.W * heights.sum()) - float((g.degrees[k] * share).sum())
-            free = int(self.W * len(heights) - g.degrees[k].sum())
+            if self._per_seq is None:  # every sequence at its cell's heavy degree: load, size, size · share
+                g, tm = self.grid, self.tm
+                k = tm.heavy_k[g.cell]
+                share = g.work[g.cell, k] * g.scale
+                self._per_seq = (share + g.overhead[g.cell, k], g.degrees[k], g.degrees[k] * share,
+                                 tm.rank_work[np.arange(len(tm.heavy_k)), tm.heavy_k])
+            load, size, sized, rw = self._per_seq
+            seq = np.flatnonzero(heavy_cells[self.grid.cell])
+            sizes = size[seq]
+            heights = _pack_heights(load[seq], sizes, self.W)
+            heavy_rw = float(rw[heavy_cells].sum())
+            spare = float(self.W * heights.sum()) - float(sized[seq].sum())
+            free = int(self.W * len(heights) - sizes.sum())
             hit = (heights, float(self.lengths[seq].sum()), heavy_rw + spare, free)
             self._heavy_cache[key] = hit
         return hit
 
+    def _heavy_mask(self, j: int) -> np.ndarray:
+        """The heavy set of ``j`` cells: those of the j highest thresholds (a tie is all in or all out)."""
+        if j == 0:
+            return np.zeros(len(self.tm.heavy_thr), dtype=bool)
+        return self.tm.heavy_thr >= self._thr_desc[j - 1]
+
+    def _heavy_of(self, js: list[int]) -> None:
+        """:meth:`_heavy` of the sets of ``js`` cells, into the per-count arrays (heights' sum and largest
+        too)."""
+        for j in set(js):
+            if self._known[j]:
+                continue
+            heights, tok, excl, free = self._heavy(self._heavy_mask(j))
+            self._heights[j] = heights
+            self._tok_j[j], self._excl_j[j], self._free_j[j] = tok, excl, free
+            self._hsum_j[j] = float(heights.sum())
+            self._hmax_j[j] = float(heights.max()) if len(heights) else 0.0
+            self._known[j] = True
+
+    def _solve(self, m: np.ndarray, excluded: np.ndarray) -> np.ndarray:
+        """:func:`solve_tau` of every count in ``m`` with its own ``excluded``."""
+        tm = self.tm
+        tau_e = (tm.F[None, :] - excluded[:, None]) / (self.W_eff * m)[:, None] + tm.slot_overhead
+        e = np.argmax(tau_e < self._upper, axis=1)
+        return np.maximum(np.maximum(tau_e[np.arange(len(m)), e], self._lower[e]), self._floor)
+
     def _structure(self, tau: float, heavy: np.ndarray) -> float:
         """Ranks the light sequences above the smallest degree occupy at τ: per degree c, c times the groups
         they need, at least one per sequence above τ/2 (no two share) and at least their load over τ."""
-        g = self.grid
-        k, _ = cell_degrees(g, self.tm, tau)
-        rows = np.flatnonzero(~heavy & (k > 0) & (self.count > 0))
-        if rows.size == 0:
-            return 0.0
-        kk = k[rows]
-        alone = g.work[rows, kk] + g.overhead[rows, kk]
+        return float(self._structures(np.array([tau]), heavy[None, :])[0])
+
+    def _structures(self, tau: np.ndarray, heavy: np.ndarray) -> np.ndarray:
+        """:meth:`_structure` of each τ of ``tau`` with its heavy set (rows of ``heavy`` [n, G]); the per-degree
+        sums run over the cells in the same order (one bincount over (row, degree) bins)."""
+        g, tm = self.grid, self.tm
+        ok = self._alone[None, :, :] <= tau[:, None, None]  # cell_degrees, per row
+        k = np.where(~ok.any(axis=2), tm.heavy_k[None, :], np.argmax(ok, axis=2))
+        rows = ~heavy & (k > 0) & (self.count > 0)[None, :]
+        cells = np.arange(k.shape[1])[None, :]
+        work, ovh = g.work[cells, k], g.overhead[cells, k]
         K = len(g.degrees)
-        half = np.bincount(kk, weights=self.count[rows] * (alone > tau / 2), minlength=K)
-        load = np.bincount(kk, weights=self.R[rows] * g.work[rows, kk] + self.count[rows] * g.overhead[rows, kk],
-                           minlength=K)
-        groups = np.maximum(half, np.ceil(load / tau - 1e-9))
-        return float((g.degrees * groups).sum())
+        bins = (np.arange(len(tau))[:, None] * K + k).reshape(-1)
+        half = np.bincount(bins, weights=np.where(rows, self.count * ((work + ovh) > tau[:, None] / 2), 0.0).reshape(-1),
+                           minlength=len(tau) * K).reshape(-1, K)
+        load = np.bincount(bins, weights=np.where(rows, self.R * work + self.count * ovh, 0.0).reshape(-1),
+                           minlength=len(tau) * K).reshape(-1, K)
+        groups = np.maximum(half, np.ceil(load / tau[:, None] - 1e-9))
+        return (g.degrees[None, :] * groups).sum(axis=1)
+
+    def many(self, ms: np.ndarray) -> _Batch:
+        """:meth:`at` of every count in ``ms`` (ascending or not), as arrays."""
+        tm = self.tm
+        ms = np.asarray(ms, dtype=np.int64)
+        n = len(ms)
+        tau = self._solve(ms, np.zeros(n))
+        hj = np.zeros(n, dtype=np.int64)  # heavy set: how many cells
+        excl = np.zeros(n)
+        live = np.ones(n, dtype=bool)
+        G = len(tm.heavy_thr)
+        for _ in range(4):
+            now = G - np.searchsorted(self._thr_asc, tau, side="right")  # cells with threshold > τ
+            live &= (now != 0) & (now != hj)
+            if not live.any():
+                break
+            i = np.flatnonzero(live)
+            hj[i] = now[i]
+            self._heavy_of(now[i].tolist())
+            excl[i] = self._excl_j[now[i]]
+            tau[i] = self._solve(ms[i], excl[i])
+        tok, free, hsum, hmax = self._tok_j[hj], self._free_j[hj], self._hsum_j[hj], self._hmax_j[hj]
+        cut = np.where(hj > 0, self._thr_desc[np.maximum(hj - 1, 0)], np.inf)
+        masks = tm.heavy_thr[None, :] >= cut[:, None]
+        light_tokens = self._tokens - tok
+        need = np.maximum(np.ceil((self._structures(tau, masks) - free) / self.W - 1e-9),
+                          np.ceil(light_tokens / self.token_cap - 1e-9)).astype(np.int64)
+        light_work = tm.F[np.searchsorted(tm.thresholds, tau, side="right")] - excl
+        # the heavy microbatches' spare ranks hold the rest: no light microbatch
+        none = (hj > 0) & (need <= 0) & (light_work <= self.W * tm.slot_overhead)
+        # groups or tokens need more microbatches: counted at the height τ, since groups of loads up to τ set
+        # the heights even where the average is lower
+        m_eff = np.where(none, 0, np.where(need > ms, need, ms))
+        level = np.where(none, 0.0, tau)
+        est = m_eff * level + hsum + (self.pp - 1) * np.maximum(level, hmax)
+        return _Batch(ms, tau, level, m_eff, hj, light_tokens, est)
+
+    def choice(self, b: _Batch, i: int) -> TargetChoice:
+        """Entry ``i`` of a batch as a :class:`TargetChoice` (what :meth:`at` returns)."""
+        m = int(b.m[i])
+        hit = self._solved.get(m)
+        if hit is None:
+            heights = self._heights[int(b.heavy[i])] if b.heavy[i] else np.zeros(0)
+            hit = TargetChoice(float(b.tau[i]), float(b.level[i]), int(b.m_eff[i]), len(heights), heights,
+                               float(b.light_tokens[i]), float(b.estimate[i]))
+            self._solved[m] = hit
+        return hit
 
     def at(self, m_light: int) -> TargetChoice:
         """The target for ``m_light`` light microbatches. When the groups its degrees ask for do not fit that
@@ -216,34 +361,7 @@ class TargetSearch:
         hit = self._solved.get(m_light)
         if hit is not None:
             return hit
-        tm = self.tm
-        tau = solve_tau(tm, self.W_eff, m_light)
-        heavy = np.zeros(len(tm.heavy_thr), dtype=bool)
-        heights, heavy_tok, free = np.zeros(0), 0.0, 0
-        for _ in range(4):
-            now = tm.heavy_thr > tau
-            if not now.any() or (now == heavy).all():
-                break
-            heavy = now
-            heights, heavy_tok, excluded, free = self._heavy(heavy)
-            tau = solve_tau(tm, self.W_eff, m_light, excluded=excluded)
-        if not heavy.any():
-            heights, heavy_tok, free = np.zeros(0), 0.0, 0
-        light_tokens = float(self.lengths.sum()) - heavy_tok
-        need = max(int(np.ceil((self._structure(tau, heavy) - free) / self.W - 1e-9)),
-                   int(np.ceil(light_tokens / self.token_cap - 1e-9)))
-        m_eff, level = m_light, tau
-        excluded = self._heavy(heavy)[2] if heavy.any() else 0.0
-        light_work = float(tm.F[np.searchsorted(tm.thresholds, tau, side="right")]) - excluded
-        if heavy.any() and need <= 0 and light_work <= self.W * tm.slot_overhead:
-            m_eff, level = 0, 0.0  # the heavy microbatches' spare ranks hold the rest: no light microbatch
-        elif need > m_light:  # groups or tokens need more microbatches: counted at the height τ, since
-            m_eff = need       # groups of loads up to τ set the heights even where the average is lower
-        hmax = float(heights.max()) if len(heights) else 0.0
-        est = m_eff * level + float(heights.sum()) + (self.pp - 1) * max(level, hmax)
-        ch = TargetChoice(tau, level, m_eff, len(heights), heights, light_tokens, est)
-        self._solved[m_light] = ch
-        return ch
+        return self.choice(self.many(np.array([m_light])), 0)
 
 
 def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
@@ -255,7 +373,8 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
     Candidates: light counts m_L = 1 .. ``span`` × the memory minimum ⌈Σ L / (η·W·M)⌉ + 2p (at most 512), each
     raised to what memory and the group structure need; the search stops once the estimate exceeds the
     best by ``STOP_ABOVE`` (τ only falls with m, so degrees, communication and heavy sets only grow).
-    ``capacity``: the speed-weighted pool Σ 1/f of a job with stragglers (None: W)."""
+    ``capacity``: the speed-weighted pool Σ 1/f of a job with stragglers (None: W).
+    The counts are resolved in blocks (16, 16, 32, 64, …: :meth:`TargetSearch.many`) and scanned in order."""
     ts = TargetSearch(grid, tm, pool, pp, lengths, budget, capacity)
     if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
         for m_l in range(num_microbatches, 0, -1):
@@ -264,29 +383,43 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
                 return ch
         return ts.at(1)
     m_all = max(1, int(np.ceil(lengths.sum() / ts.token_cap)))
-    feasible: list[TargetChoice] = []
     hi = min(512, span * m_all + 2 * pp)
-    for m_l in range(1, hi + 1):
-        ch = ts.at(m_l)
-        feasible.append(ch)
-        if ch.estimate_s > STOP_ABOVE * min(c.estimate_s for c in feasible):
+    batches: list[_Batch] = []
+    est: list[float] = []
+    lo, size, low = 1, 16, np.inf
+    while lo <= hi:
+        b = ts.many(np.arange(lo, min(hi, lo + size - 1) + 1))
+        batches.append(b)
+        stop = False
+        for e in b.estimate.tolist():
+            est.append(e)
+            low = min(low, e)
+            if e > STOP_ABOVE * low:
+                stop = True
+                break
+        if stop:
             break
-    if not feasible:
+        lo, size = lo + size, size if lo == 1 else 2 * size
+    if not est:
         return ts.at(hi)
+    at = [(b, i) for b in batches for i in range(len(b.m))][:len(est)]
+    heavy_count = [len(ts._heights[int(b.heavy[i])]) for b, i in at]
     # With heavy microbatches, Σh + (p−1)·max h over-counts what a good order hides: score the close
-    # candidates with the 1F1B recurrence at their best heavy position instead.
-    floor = min(c.estimate_s for c in feasible)
-    close = sorted((c.estimate_s, i) for i, c in enumerate(feasible)
-                   if c.m_heavy and c.estimate_s <= REFINE_WITHIN * floor)
-    refine = {i for _, i in close[:REFINE_MAX]}
-    best, best_t = feasible[0], np.inf
-    for i, ch in enumerate(feasible):
-        t = ch.estimate_s
-        if i in refine:
-            light, r = ramped(ch.m_light, ch.level, pp) if ramp else (np.full(ch.m_light, ch.level), 0)
-            heights = np.r_[ch.heavy_heights, light]
-            heavy = np.r_[np.ones(ch.m_heavy, dtype=bool), np.zeros(ch.m_light, dtype=bool)]
-            t = best_order(heights, heavy, pp, r)[1]
+    # candidates with the 1F1B recurrence at their best heavy position instead (one recurrence sweep).
+    floor = min(est)
+    close = sorted((e, i) for i, e in enumerate(est) if heavy_count[i] and e <= REFINE_WITHIN * floor)
+    refine = sorted(i for _, i in close[:REFINE_MAX])
+    t_all = list(est)
+    problems = []
+    for i in refine:
+        ch = ts.choice(*at[i])
+        light, r = ramped(ch.m_light, ch.level, pp) if ramp else (np.full(ch.m_light, ch.level), 0)
+        heights = np.r_[ch.heavy_heights, light]
+        problems.append((heights, np.r_[np.ones(ch.m_heavy, dtype=bool), np.zeros(ch.m_light, dtype=bool)], r))
+    for i, t in zip(refine, best_makespans(problems, pp)):
+        t_all[i] = t
+    best, best_t = 0, np.inf
+    for i, t in enumerate(t_all):
         if t < best_t * (1 - 1e-9):
-            best, best_t = ch, t
-    return replace(best, estimate_s=float(best_t))
+            best, best_t = i, t
+    return replace(ts.choice(*at[best]), estimate_s=float(best_t))
