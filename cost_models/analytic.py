@@ -39,7 +39,7 @@ import numpy as np
 from dcpsim.cost_models import moe
 from dcpsim.cost_models.attention_backends import default_backend
 from dcpsim.cost_models.base import GroupBatch, GroupCosts
-from dcpsim.cost_models.calibration import Calibration, SaturatingCurve, default_calibration
+from dcpsim.cost_models.calibration import Calibration, SaturatingCurve, collective_terms, default_calibration
 from dcpsim.cost_models.errors import CalibrationError
 from dcpsim.cost_models.flops import (
     ATTENTION_BWD_FACTOR,
@@ -65,6 +65,21 @@ BF16_BYTES = 2.0
 OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam over fp32 master + 2 moments + bf16 grad/param, read and written
 
 
+def _select(cond, if_true, if_false):
+    """``np.where(cond, if_true(), if_false())``, computing only a branch that some element takes."""
+    cond = np.asarray(cond)
+    if cond.ndim:
+        if not cond.any():
+            out = if_false()
+        elif cond.all():
+            out = if_true()
+        else:
+            out = None
+        if out is not None and np.shape(out) == cond.shape:
+            return np.asarray(out, dtype=np.float64)
+    return np.where(cond, if_true(), if_false())
+
+
 @dataclass(frozen=True)
 class AnalyticCostModel:
     """Closed-form costs of DESIGN §5 with calibrated kernel and link curves."""
@@ -73,9 +88,24 @@ class AnalyticCostModel:
     calibration: Calibration | None = None
     terms: CostTerms = field(default_factory=CostTerms)  # which first-order terms are on (cost_models.terms)
     _cal: Calibration = field(init=False, repr=False, compare=False)
+    # what group_costs reads on every call and that depends only on the (frozen) job, calibration and terms:
+    # the attention curves, the CP links, the p2p NIC share (filled on first use: _memoized)
+    _memo: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_cal", self.calibration or default_calibration(self.job.gpu))
+
+    def _memoized(self, name: str, make):
+        """``make()``, computed on the first call that succeeds and kept (it depends only on the frozen job,
+        calibration and terms); a look-up that raises raises again on every call, as it did unmemoised."""
+        memo = self._memo
+        if name not in memo:
+            memo[name] = make()
+        return memo[name]
+
+    def _links(self, op: str) -> tuple:
+        """(NVLink, network) models of ``op``."""
+        return self._memoized(op, lambda: (self._cal.link(op, "nvlink"), self._cal.link(op, "network")))
 
     @property
     def cal(self) -> Calibration:
@@ -89,38 +119,68 @@ class AnalyticCostModel:
         size = groups.size.astype(np.float64)
         u = groups.ulysses.astype(np.float64)
         r = size / u
-        tokens = groups.tokens()
+        G = groups.num_groups
+        L = groups.seq_len.astype(np.float64)
+        # Every group holding one sequence, group i sequence i (HyDra's and the bound's probes): each per-group
+        # sum below would add one weight to 0.0 and each gather would be the identity; both are skipped (the
+        # same numbers: times and token counts are never -0.0).
+        alone = len(L) == G and (G == 0 or (int(gid[0]) == 0 and bool((np.diff(gid) == 1).all())))
+        tokens = L if alone else groups.tokens()
         tpr = tokens / size
 
         lin_f = self._linear_fwd_s(tpr, stage)
 
-        L = groups.seq_len.astype(np.float64)
-        att_flops = attention_fwd_flops(L, m) / t / size[gid] * nl
-        block = L / r[gid]
-        G = groups.num_groups
-        attn_fwd, attn_bwd, _ = self.attention_curves()
-        att_f = np.bincount(gid, weights=attn_fwd.seconds(att_flops, block), minlength=G)
-        att_b = np.bincount(gid, weights=attn_bwd.seconds(ATTENTION_BWD_FACTOR * att_flops, block),
-                            minlength=G)
+        att_flops = attention_fwd_flops(L, m)
+        if t != 1:  # x / 1 is x
+            att_flops = att_flops / t
+        att_flops = att_flops / (size if alone else size[gid]) * nl
+        block = L / (r if alone else r[gid])
+        attn_fwd, attn_bwd = self._memoized("attn", lambda: self.attention_curves()[:2])
+        att_f = attn_fwd.seconds(att_flops, block)
+        att_b = attn_bwd.seconds(ATTENTION_BWD_FACTOR * att_flops, block)
+        if not alone:
+            att_f = np.bincount(gid, weights=att_f, minlength=G)
+            att_b = np.bincount(gid, weights=att_b, minlength=G)
 
         crosses, inner_crosses = self.cp_crossings(groups, stage)
-        ring_f, ring_b = self._ring_exposed(tokens, r, u, att_f / nl, att_b / nl, crosses)
-        a2a = self._ulysses_time(tpr, u, inner_crosses)
+        self._links("send_recv"), self._links("all_to_all")  # (a missing link model raises even with no ring)
+        # (ring + a2a) · nl, each part left out where no group has it (0 + x is x)
+        if (r > 1).any():
+            ring_f, ring_b = self._ring_exposed(tokens, r, u, att_f / nl, att_b / nl, crosses)
+        else:
+            ring_f = ring_b = None
+        a2a = self._ulysses_time(tpr, u, inner_crosses) if (u > 1).any() else None
+        if ring_f is None:
+            cp_f = np.zeros(G) if a2a is None else a2a * nl
+            cp_b = cp_f.copy()
+        elif a2a is None:
+            cp_f, cp_b = ring_f * nl, ring_b * nl
+        else:
+            cp_f, cp_b = (ring_f + a2a) * nl, (ring_b + a2a) * nl
         fixed_f, fixed_b = self.fixed_s(r)
-        tp_layer = self.tp_comm_layer_s(tpr)
-        end_f, end_b, end_tp_f, end_tp_b = self.ends_s(tpr, stage)
-        # MoE: EP dispatch/combine all-to-alls (cost_models.moe), reported with the CP communication.
-        ep_f, ep_b = (moe.ep_comm_s(job, cal, tpr, stage, groups.first_rank, self._p2p_bytes_scale(),
-                                    by_destination=self.terms.links) if m.is_moe else (0.0, 0.0))
-        moe_re = moe.recompute_bwd_s(job, cal, tpr, stage) if m.is_moe else 0.0
-        return GroupCosts(
-            fwd_compute_s=lin_f + att_f + fixed_f + end_f,
-            fwd_comm_s=(ring_f + a2a) * nl + ep_f,
-            bwd_compute_s=LINEAR_BWD_FACTOR * lin_f + att_b + fixed_b + end_b + moe_re,
-            bwd_comm_s=(ring_b + a2a) * nl + ep_b,
-            fwd_tp_comm_s=tp_layer * nl + end_tp_f,
-            bwd_tp_comm_s=tp_layer * nl + end_tp_b,
-        )
+        fwd = lin_f + att_f
+        bwd = LINEAR_BWD_FACTOR * lin_f + att_b
+        if self.terms.fixed_costs:
+            fwd = fwd + fixed_f
+            bwd = bwd + fixed_b
+        ends = self._ends(tpr, stage)
+        if ends is not None:
+            fwd = fwd + ends[0]
+            bwd = bwd + ends[1]
+        if self.terms.tp_comm and job.tp > 1:
+            tp_layer = self.tp_comm_layer_s(tpr)
+            end_tp_f, end_tp_b = (ends[2], ends[3]) if ends is not None else (0.0, 0.0)
+            tp_f, tp_b = tp_layer * nl + end_tp_f, tp_layer * nl + end_tp_b
+        else:  # no TP communication anywhere: zeros (as 0 · nl + 0)
+            tp_f, tp_b = np.zeros(G), np.zeros(G)
+        if m.is_moe:
+            # MoE: EP dispatch/combine all-to-alls (cost_models.moe), reported with the CP communication.
+            ep_f, ep_b = moe.ep_comm_s(job, cal, tpr, stage, groups.first_rank, self._p2p_bytes_scale(),
+                                       by_destination=self.terms.links)
+            cp_f, cp_b = cp_f + ep_f, cp_b + ep_b
+            bwd = bwd + moe.recompute_bwd_s(job, cal, tpr, stage)
+        return GroupCosts(fwd_compute_s=fwd, fwd_comm_s=cp_f, bwd_compute_s=bwd, bwd_comm_s=cp_b,
+                          fwd_tp_comm_s=tp_f, bwd_tp_comm_s=tp_b)
 
     def attention_curves(self) -> tuple[SaturatingCurve, SaturatingCurve, str]:
         """Causal forward and backward attention curves and the name of what they price: the job's backend
@@ -156,22 +216,28 @@ class AnalyticCostModel:
         embedding at stage 0 and of the LM head and loss at stage p − 1 (cost_models.head), per group; zeros
         elsewhere or with CostTerms.lm_head off."""
         tpr = np.asarray(tpr, dtype=np.float64)
-        zero = np.zeros_like(tpr)
+        ends = self._ends(tpr, stage)
+        if ends is None:
+            zero = np.zeros_like(tpr)
+            return zero, zero, zero, zero
+        return ends
+
+    def _ends(self, tpr: np.ndarray, stage: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`ends_s` for float64 ``tpr``; None where it is all zeros (no end at this stage, or the term
+        off)."""
         job = self.job
         first, last = stage == 0, stage == job.pp - 1
         if not self.terms.lm_head or not (first or last):
-            return zero, zero, zero, zero
-        fwd, bwd = zero, zero
+            return None
         if first:
-            e_f, e_b = embedding_compute_s(job, tpr)
-            fwd, bwd = fwd + e_f, bwd + e_b
+            fwd, bwd = embedding_compute_s(job, tpr)
         if last:
             h_f, h_b = head_compute_s(job, self._cal, tpr)
-            fwd, bwd = fwd + h_f, bwd + h_b
+            fwd, bwd = (fwd + h_f, bwd + h_b) if first else (h_f, h_b)
         if self.terms.tp_comm:
             tp_f, tp_b = ends_tp_comm_s(job, self._cal, tpr, first, last)
         else:
-            tp_f, tp_b = zero, zero
+            tp_f = tp_b = np.zeros_like(tpr)
         return fwd, bwd, tp_f, tp_b
 
     def _linear_fwd_s(self, tpr: np.ndarray, stage: int = 0) -> np.ndarray:
@@ -181,8 +247,10 @@ class AnalyticCostModel:
         job = self.job
         if job.model.is_moe:
             return moe.linear_fwd_s(job, self._cal, tpr, stage)
-        lin_flops = tpr * linear_fwd_flops_per_token(job.model) / job.tp * job.layers_per_stage
-        return self._cal.gemm.seconds(lin_flops, tpr)
+        lin_flops = tpr * self._memoized("lin_per_token", lambda: linear_fwd_flops_per_token(job.model))
+        if job.tp != 1:  # x / 1 is x
+            lin_flops = lin_flops / job.tp
+        return self._cal.gemm.seconds(lin_flops * job.layers_per_stage, tpr)
 
     def tp_comm_layer_s(self, tpr: np.ndarray) -> np.ndarray:
         """Exposed TP communication of one layer, forward (the backward is the same), per GPU (seconds).
@@ -226,28 +294,45 @@ class AnalyticCostModel:
         """Exposed ring time per layer (forward, backward)."""
         m = self.job.model
         kv_bytes = 2.0 * (tokens / r) * (self.job.kv_heads_per_rank / u) * m.head_dim * BF16_BYTES
-        nv, net = self._cal.link("send_recv", "nvlink"), self._cal.link("send_recv", "network")
-        k = self._p2p_bytes_scale()
-        step_f = np.where(crosses, net.seconds("send_recv", k * kv_bytes, 2), nv.seconds("send_recv", kv_bytes, 2))
-        step_b = np.where(crosses, net.seconds("send_recv", k * 2 * kv_bytes, 2),
-                          nv.seconds("send_recv", 2 * kv_bytes, 2))
+        nv, net = self._links("send_recv")
+        k = self._memoized("p2p_scale", self._p2p_bytes_scale)
+        kv2 = 2 * kv_bytes
+        step_f = _select(crosses, lambda: net.seconds("send_recv", kv_bytes if k == 1.0 else k * kv_bytes, 2),
+                         lambda: nv.seconds("send_recv", kv_bytes, 2))
+        step_b = _select(crosses, lambda: net.seconds("send_recv", kv2 if k == 1.0 else k * 2 * kv_bytes, 2),
+                         lambda: nv.seconds("send_recv", kv2, 2))
         steps = r - 1
         exp_f = steps * np.maximum(0.0, step_f - att_f_layer / r)
         exp_b = steps * np.maximum(0.0, step_b - att_b_layer / r)
-        return np.where(r > 1, exp_f, 0.0), np.where(r > 1, exp_b, 0.0)
+        ring = r > 1
+        return np.where(ring, exp_f, 0.0), np.where(ring, exp_b, 0.0)
 
     def _ulysses_time(self, tpr, u, crosses):
         """Four all-to-alls per layer (same forward and backward)."""
         m, job = self.job.model, self.job
         q_bytes = tpr * job.heads_per_rank * m.head_dim * BF16_BYTES
         kv_bytes = tpr * job.kv_heads_per_rank * m.head_dim * BF16_BYTES
-        nv, net = self._cal.link("all_to_all", "nvlink"), self._cal.link("all_to_all", "network")
-        k = self._p2p_bytes_scale()  # every member sends on its own rail, shared on nodes with fewer NICs
+        nv, net = self._links("all_to_all")
+        # every member sends on its own rail, shared on nodes with fewer NICs
+        k = self._memoized("p2p_scale", self._p2p_bytes_scale)
+        # LinkModel.seconds("all_to_all", ·, u) with its factor and latencies computed once for the four, and
+        # its n > 1 mask left to the one below
+        n = np.asarray(u, dtype=np.float64)
+        factor, hops = collective_terms("all_to_all", n)
+        lat: dict[str, np.ndarray] = {}
 
         def a2a(nbytes):
-            return np.where(crosses, net.seconds("all_to_all", k * nbytes, u), nv.seconds("all_to_all", nbytes, u))
+            def on_net():
+                lat_net = lat["net"] = lat["net"] if "net" in lat else net.latency_s(hops)
+                return net.transfer_s(lat_net, (nbytes if k == 1.0 else k * nbytes) * factor)
 
-        return np.where(u > 1, 2 * a2a(q_bytes) + 2 * a2a(kv_bytes), 0.0)
+            def on_nv():
+                lat_nv = lat["nv"] = lat["nv"] if "nv" in lat else nv.latency_s(hops)
+                return nv.transfer_s(lat_nv, nbytes * factor)
+
+            return _select(crosses, on_net, on_nv)
+
+        return np.where(n > 1, 2 * a2a(q_bytes) + 2 * a2a(kv_bytes), 0.0)
 
     # ---- pipeline, data parallel, memory ---------------------------------------------------------------
     def pp_transfer_s(self, tokens_per_rank: np.ndarray, stage: int, rank: np.ndarray | int) -> np.ndarray:

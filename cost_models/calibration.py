@@ -71,15 +71,36 @@ class LinkModel:
     def seconds(self, op: str, nbytes: np.ndarray | float, n: np.ndarray | int) -> np.ndarray:
         """Time of collective ``op`` over ``n`` ranks with an nccl-tests buffer of ``nbytes``; 0 when n ≤ 1."""
         nbytes = np.asarray(nbytes, dtype=np.float64)
+        if np.ndim(n) == 0:  # one group size: the same arithmetic on floats (a send/recv's factor 1 is exact)
+            nf = float(n)
+            if op == "send_recv":
+                factor, hops = 1.0, 1.0
+            else:
+                factor, hops = _FACTOR[op] * (nf - 1) / max(nf, 1.0), nf - 1
+            if not nf > 1:
+                return np.zeros(nbytes.shape)
+            return np.asarray(self.transfer_s(self.latency_s(hops), nbytes if factor == 1.0 else nbytes * factor))
         n = np.asarray(n, dtype=np.float64)
-        if op == "send_recv":
-            factor = np.ones_like(n)
-            hops = np.ones_like(n)
-        else:
-            factor = _FACTOR[op] * (n - 1) / np.maximum(n, 1)
-            hops = n - 1
-        t = self.base_s + hops * self.hop_s + nbytes * factor / (self.busbw_gbs * 1e9)
-        return np.where(n > 1, t, 0.0)
+        factor, hops = collective_terms(op, n)
+        return np.where(n > 1, self.transfer_s(self.latency_s(hops), nbytes * factor), 0.0)
+
+    def latency_s(self, hops: np.ndarray | float) -> np.ndarray | float:
+        """The α part: base + hops · per-hop latency (seconds)."""
+        return self.base_s + hops * self.hop_s
+
+    def transfer_s(self, latency: np.ndarray | float, scaled_bytes: np.ndarray) -> np.ndarray:
+        """latency + the β part, ``scaled_bytes`` (buffer bytes × the collective's factor) / bus bandwidth; no
+        n ≤ 1 mask (the caller's)."""
+        return latency + scaled_bytes / (self.busbw_gbs * 1e9)
+
+
+def collective_terms(op: str, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bus-bandwidth factor, latency hops) of collective ``op`` over ``n`` ranks (float64 array): 1 and 1 for a
+    send/recv; factor (n−1)/n (2(n−1)/n for all-reduce) and n − 1 hops for the ring collectives."""
+    if op == "send_recv":
+        return np.ones_like(n), np.ones_like(n)
+    hops = n - 1
+    return _FACTOR[op] * hops / np.maximum(n, 1), hops
 
 
 @dataclass(frozen=True)

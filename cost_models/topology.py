@@ -101,10 +101,22 @@ def _contiguous_crossings(job: JobSpec, stage: int, size: np.ndarray, u: np.ndar
     Other groups (u ≤ R not dividing R) go through the general rule."""
     R = job.gpu.nvlink_domain // job.tp
     o = stage * job.pool + first
-    spans = o // R != (o + size - 1) // R
+    if R & (R - 1) == 0:  # ⌊x / R⌋ by a shift (int64 shifts floor as // does)
+        sh = R.bit_length() - 1
+        spans = (o >> sh) != ((o + size - 1) >> sh)
+    else:
+        spans = o // R != (o + size - 1) // R
     ring = spans & (size > u)
-    inner = spans & (u > 1) & ((u > R) | (o % u != 0))
-    odd = np.flatnonzero(spans & (u > 1) & (u <= R) & (R % u != 0))
+    cand = spans & (u > 1)
+    if not cand.any():  # no inner group can span a boundary
+        return ring, cand
+    if bool((((u & (u - 1)) == 0) & (u > 0)).all()):  # powers of two: x mod u is x & (u − 1)
+        mask = u - 1
+        inner = cand & ((u > R) | ((o & mask) != 0))
+        odd = np.flatnonzero(cand & (u <= R) & ((R & mask) != 0))
+    else:
+        inner = cand & ((u > R) | (o % u != 0))
+        odd = np.flatnonzero(cand & (u <= R) & (R % u != 0))
     if len(odd):
         ranks = np.concatenate([np.arange(f, f + c) for f, c in zip(first[odd].tolist(), size[odd].tolist())])
         inner[odd] = _listed_crossings(job, stage, size[odd], u[odd], ranks)[1]
