@@ -116,8 +116,14 @@ def _merged(ms: tuple[int, ...], p: int) -> tuple[np.ndarray, np.ndarray, np.nda
     row = np.concatenate([x[1] + r for x, r in zip(parts, rows)])[order]
     col = np.repeat(np.arange(len(ms)), sizes)[order]
     dep, prev, lv = new[dep[order]], new[prev[order]], level[order]
-    bounds = np.searchsorted(lv, np.arange(int(lv[-1]) + 2)).tolist() if n else [0]
-    steps = [(lo, hi, np.r_[dep[lo:hi], prev[lo:hi]], hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    edges = np.searchsorted(lv, np.arange(int(lv[-1]) + 2))
+    # per level one index array: its operations' dependencies, then their previous operations
+    lo, k = edges[lv], np.diff(edges)[lv]
+    both = np.empty(2 * n, dtype=np.int64)
+    both[lo + np.arange(n)] = dep
+    both[lo + k + np.arange(n)] = prev
+    bounds = edges.tolist()
+    steps = [(a, b, both[2 * a:2 * b], b - a) for a, b in zip(bounds[:-1], bounds[1:])]
     return phase, row, col, steps
 
 
@@ -185,11 +191,10 @@ def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndar
                                   | set(range(0, n + 1, -(-n // 16)))), dtype=np.int64)
     j = np.repeat(positions, 2)[:, None]  # two rows per position: tallest first, then last
     t = np.arange(len(heights))[None, :]
-    blk = np.stack(blocks)[np.tile([0, 1], len(positions))]  # [rows, hv.size]
-    inside = (t >= j) & (t < j + hv.size)
-    light = lt[np.where(t < j, t, t - hv.size).clip(0, n - 1)]
-    heavy_at = np.take_along_axis(blk, (t - j).clip(0, hv.size - 1), axis=1)
-    return np.where(inside, heavy_at, light), j[:, 0], n
+    src = np.concatenate([lt, blocks[0], blocks[1]])  # light ones, then the two block orders
+    first = n + hv.size * np.tile([0, 1], len(positions))[:, None]  # where the row's block starts in src
+    idx = np.where(t < j, t, np.where(t < j + hv.size, first + (t - j), t - hv.size))
+    return src[idx].astype(np.int64, copy=False), j[:, 0], n
 
 
 def candidate_orders(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) -> np.ndarray:

@@ -225,6 +225,7 @@ class TargetSearch:
         self._lower = np.r_[0.0, tm.thresholds]
         self._floor = max(tm.slot_overhead, 1e-12)
         self._alone = alone_load(grid)
+        self._alone_min = self._alone.min(axis=1)
         self._thr_asc = np.sort(tm.heavy_thr)
         self._thr_desc = self._thr_asc[::-1]
         self._tokens = float(lengths.sum())
@@ -293,12 +294,12 @@ class TargetSearch:
         """:meth:`_structure` of each τ of ``tau`` with its heavy set (rows of ``heavy`` [n, G]); the per-degree
         sums run over the cells in the same order (one bincount over (row, degree) bins)."""
         g, tm = self.grid, self.tm
-        ok = self._alone[None, :, :] <= tau[:, None, None]  # cell_degrees, per row
-        k = np.where(~ok.any(axis=2), tm.heavy_k[None, :], np.argmax(ok, axis=2))
+        ok = self._alone[None, :, :] <= tau[:, None, None]  # cell_degrees, per row (heavy: no degree fits)
+        k = np.where(self._alone_min[None, :] > tau[:, None], tm.heavy_k[None, :], np.argmax(ok, axis=2))
         rows = ~heavy & (k > 0) & (self.count > 0)[None, :]
-        cells = np.arange(k.shape[1])[None, :]
-        work, ovh = g.work[cells, k], g.overhead[cells, k]
         K = len(g.degrees)
+        at = np.arange(k.shape[1])[None, :] * K + k
+        work, ovh = g.work.reshape(-1)[at], g.overhead.reshape(-1)[at]
         bins = (np.arange(len(tau))[:, None] * K + k).reshape(-1)
         half = np.bincount(bins, weights=np.where(rows, self.count * ((work + ovh) > tau[:, None] / 2), 0.0).reshape(-1),
                            minlength=len(tau) * K).reshape(-1, K)
