@@ -50,6 +50,13 @@ if TYPE_CHECKING:
 _MIN_WORK_S = 1e-12  # a priced share is never zero: every sequence costs something
 
 
+def _unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` by a sort (numpy ≥ 2.3 hashes integers without return_inverse: ~15× slower at a few
+    thousand); the same sorted values."""
+    a = np.sort(a, axis=None)
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if a.size > 1 else a
+
+
 def _stage_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
                  stages: tuple[int, ...] | None = None) -> np.ndarray:
     """[len(stages), n]: time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses
@@ -172,7 +179,7 @@ class Pricer:
             if int(rows.min()) >= 0:
                 return rows
         new = []
-        for k in np.unique(sizes * _KEY + ulysses).tolist():
+        for k in _unique(sizes * _KEY + ulysses).tolist():
             c, u = divmod(k, _KEY)
             if c >= lut.shape[0] or u >= lut.shape[1] or lut[c, u] < 0:
                 new.append(k)
@@ -217,7 +224,7 @@ class Pricer:
         """Price the work from now on only at the stages that are the heaviest in some column of
         ``stage_times`` ([p, probes], every stage)."""
         if self.may_narrow and len(stage_times) > 1 and stage_times.shape[1]:
-            self.stages = tuple(int(s) for s in np.unique(np.argmax(stage_times, axis=0)))
+            self.stages = tuple(int(s) for s in _unique(np.argmax(stage_times, axis=0)))
 
     def set_overheads(self, keys: np.ndarray, overheads: np.ndarray) -> None:
         """Known overheads (keys size · 2^20 + ulysses), priced as :func:`group_overhead` prices them."""
@@ -231,7 +238,7 @@ class Pricer:
         o = self._tab_ovh[rows]
         miss = np.isnan(o)
         if miss.any():
-            need = np.unique(rows[miss])
+            need = _unique(rows[miss])
             k = self._row_key[need]
             self._tab_ovh[need] = group_overhead(k // _KEY, k % _KEY, self.cost_model)
             o = self._tab_ovh[rows]
@@ -263,7 +270,7 @@ class Pricer:
         miss = np.isnan(out)
         if miss.any():
             # every (option, distinct length) not priced yet, in one cost-model call per stage
-            need = np.unique(flat[miss])
+            need = _unique(flat[miss])
             r, j = np.divmod(need, U)
             k = self._row_key[r]
             iso = _price(self.uniq[j], k // _KEY, k % _KEY, self.cost_model, self.stages)
@@ -347,7 +354,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
     last), the pricer narrowed to the stages that are the heaviest there, and the grid priced at those."""
     lo, hi = int(lengths.min()), int(lengths.max())
     npts = int(min(max_points, max(2, np.ceil(np.log(hi / lo) / np.log(ratio)) + 1))) if hi > lo else 1
-    grid = np.unique(np.r_[np.round(np.geomspace(lo, hi, npts)).astype(np.int64), lo, hi])
+    grid = _unique(np.r_[np.round(np.geomspace(lo, hi, npts)).astype(np.int64), lo, hi])
     G, K = len(grid), len(degrees)
     opt_k, opt_u = [], []
     for k, c in enumerate(degrees.tolist()):
