@@ -155,6 +155,8 @@ def _pack_heights(loads: np.ndarray, sizes: np.ndarray, pool: int) -> np.ndarray
     free = np.zeros(0, dtype=np.int64)
     height = np.zeros(0)
     classes = sorted(set(sizes.tolist()), reverse=True)
+    if len(classes) == 1 and pool // classes[0] == 1:  # one sequence per microbatch
+        return np.maximum(np.sort(loads)[::-1], 0.0)
     for c in classes:
         items = np.sort(loads if len(classes) == 1 else loads[sizes == c])[::-1]
         n, per = len(items), pool // c
@@ -230,6 +232,7 @@ class TargetSearch:
         self._thr_desc = self._thr_asc[::-1]
         self._tokens = float(lengths.sum())
         self._per_seq: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._cum: tuple[np.ndarray, np.ndarray] | None = None  # tokens, sizes of the j highest-threshold cells
         G = len(tm.heavy_thr)  # per heavy set (by its count of cells, 0: none): what at() reads of it
         self._known = np.zeros(G + 1, dtype=bool)
         self._known[0] = True
@@ -266,16 +269,31 @@ class TargetSearch:
         return self.tm.heavy_thr >= self._thr_desc[j - 1]
 
     def _heavy_of(self, js: list[int]) -> None:
-        """:meth:`_heavy` of the sets of ``js`` cells, into the per-count arrays (heights' sum and largest
-        too)."""
+        """:meth:`_heavy` of the sets of ``js`` cells (the same numbers), into the per-count arrays, with the
+        heights' sum and largest; tokens and sizes are whole numbers, summed once over the cells in
+        threshold order."""
+        g, tm = self.grid, self.tm
         for j in set(js):
             if self._known[j]:
                 continue
-            heights, tok, excl, free = self._heavy(self._heavy_mask(j))
+            if self._per_seq is None:
+                self._heavy(np.zeros(len(tm.heavy_thr), dtype=bool))
+            load, size, sized, rw = self._per_seq
+            if self._cum is None:
+                order = np.argsort(-tm.heavy_thr, kind="stable")
+                tok = np.bincount(g.cell, weights=self.lengths, minlength=len(order))[order]
+                self._cum = (np.r_[0.0, np.cumsum(tok)],
+                             np.r_[0, np.cumsum((self.count * g.degrees[tm.heavy_k])[order])].astype(np.int64))
+            mask = tm.heavy_thr >= self._thr_desc[j - 1]
+            seq = np.flatnonzero(mask[g.cell])
+            heights = _pack_heights(load[seq], size[seq], self.W)
+            hsum = float(heights.sum())
             self._heights[j] = heights
-            self._tok_j[j], self._excl_j[j], self._free_j[j] = tok, excl, free
-            self._hsum_j[j] = float(heights.sum())
-            self._hmax_j[j] = float(heights.max()) if len(heights) else 0.0
+            self._tok_j[j] = self._cum[0][j]
+            self._excl_j[j] = float(rw[mask].sum()) + (float(self.W * hsum) - float(sized[seq].sum()))
+            self._free_j[j] = int(self.W * len(heights) - self._cum[1][j])
+            self._hsum_j[j] = hsum
+            self._hmax_j[j] = float(heights.max())
             self._known[j] = True
 
     def _solve(self, m: np.ndarray, excluded: np.ndarray) -> np.ndarray:
