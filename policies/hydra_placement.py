@@ -360,7 +360,9 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
     mask = (np.isfinite(work) << np.arange(nc)[:, None]).sum(axis=0).tolist() if ns else []
     tuples = {m: tuple(c for c in range(nc) if m >> c & 1) for m in set(mask)}
     cands = [tuples[m] for m in mask]
-    for j in range(ns):
+
+    def put(j: int, cand: tuple[int, ...]) -> None:
+        """Sequence j into the roomiest bin that takes it among the classes ``cand`` (LPT's step)."""
         Lj = L_l[j]
         while blocked and -blocked[0][0] >= Lj:
             g = heapq.heappop(blocked)[1]
@@ -368,7 +370,7 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
         skip = 0  # classes ruled out for this sequence (bit mask)
         while True:
             best, bc = 1.0, -1  # most room = most negative key
-            for c in cands[j]:
+            for c in cand:
                 h = heaps[c]
                 if h and h[0][0] < best and not skip >> c & 1:
                     best, bc = h[0][0], c
@@ -400,18 +402,35 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
             tok_l[g] += t
             heapq.heapreplace(heaps[bc], (load_l[g] - cap_l[g], g))
             where_l[j] = g
-            break
+            return
+
+    for j in range(ns):
+        put(j, cands[j])
+    if fill_estimate is not None and ns:
+        # The estimated work in other classes' groups, priced exactly now. The estimate is a chord of the
+        # work in log-log, above the work where that is log-log convex (a sum of powers of L: GEMMs,
+        # attention); where it fell short and a group ends above its capacity, the group gives its fill
+        # sequences back and they go to fill-class bins (none did on the shipped scenarios).
+        other = [j for j in range(ns) if cls_l[where_l[j]] != fc]
+        if other:
+            oc = np.asarray([cls_l[where_l[j]] for j in other], dtype=np.int64)
+            exact = fill_work(small[other], csize[oc].astype(np.int64),
+                              np.asarray([u for _, u in classes], dtype=np.int64)[oc]).tolist()
+            for j, c, x in zip(other, oc.tolist(), exact):
+                load_l[where_l[j]] += x - work_l[c][j]
+                work_l[c][j] = x
+            over = {g for g in (where_l[j] for j in other) if load_l[g] > cap_l[g] * (1 + 1e-12)}
+            back = [j for j in other if where_l[j] in over]
+            for j in back:
+                g, c = where_l[j], cls_l[where_l[j]]
+                load_l[g] -= work_l[c][j]
+                tok_l[g] -= L_l[j] / csz[c]
+                where_l[j] = -1
+            for j in back:
+                put(j, (fc,))
     mb_a, first_a = np.asarray(mb_l, dtype=np.int64), np.asarray(first_l, dtype=np.int64)
     load_a = np.asarray(load_l, dtype=np.float64)
     where = np.asarray(where_l, dtype=np.int64)
-    if fill_estimate is not None and ns:  # the estimated work in other classes' groups, priced exactly now
-        cl = np.asarray(cls_l, dtype=np.int64)[where]
-        other = np.flatnonzero(cl != fc)
-        if other.size:
-            b = where[other]
-            exact = fill_work(small[other], csize[cl[other]].astype(np.int64),
-                              np.asarray([u for _, u in classes], dtype=np.int64)[cl[other]])
-            np.add.at(load_a, b, exact - work[cl[other], other])
     # groups: phase A's bins, then every free block that took a sequence
     used = np.unique(where[where >= nb0])
     gid = np.full(len(mb_a), -1, dtype=np.int64)

@@ -221,6 +221,37 @@ def test_fill_balances_equal_items_like_lpt() -> None:
     assert np.allclose(lay.load, 0.01 * np.bincount(lay.seq_group, minlength=len(lay.load)))
 
 
+def test_fill_never_overfills_a_group_when_the_estimate_runs_low() -> None:
+    """Phase B ranks other classes by ``fill_estimate`` and prices what lands there at the end; an estimate
+    below the price must not leave a group above its capacity (its fill sequences go back to fill groups)."""
+    # one 2-rank structure group with load 0.5 of capacity 1.05; fill sequences of work 0.3 at degree 1 and
+    # in the 2-rank group too (per rank), which the estimate claims is 0.05
+    n = 7
+    lengths = np.r_[4000, np.full(n - 1, 100)]
+    sizes = np.r_[2, np.ones(n - 1, dtype=np.int64)]
+    shares = np.r_[0.5, np.full(n - 1, 0.3)]
+    kw = dict(pool=4, budget=1e9, tau=1.0, tol=0.05, aligned=True, lengths=lengths, sizes=sizes,
+              ulysses=np.ones(n, dtype=np.int64), shares=shares, heavy=np.zeros(n, dtype=bool), m_light=1,
+              order_key=np.arange(n), overhead={(1, 1): 0.0, (2, 1): 0.0}, fill=(1, 1),
+              fill_work=lambda pos, s, u: np.full(len(pos), 0.3))
+    lay = place(**kw, fill_estimate=lambda pos, s, u: np.full(len(pos), 0.05))
+    cap = np.asarray(lay.caps)[lay.mb]
+    assert (lay.load <= cap * (1 + 1e-12)).all()
+    assert (lay.seq_group >= 0).all()
+    # the loads are the exact prices: 0.5 + 0.3·k in the 2-rank group, 0.3·k in the 1-rank ones
+    k = np.bincount(lay.seq_group, minlength=len(lay.load)) - (lay.size == 2)
+    assert np.allclose(lay.load, np.where(lay.size == 2, 0.5 + 0.3 * k, 0.3 * k))
+    # LPT by room: the two free ranks take 0.3, 0.3, 0.6, 0.6; the low estimate then lured the last two into
+    # the 2-rank group (room 0.55, estimate 0.05 each); priced, 0.5 + 0.6 > 1.05, so they went back to the
+    # free ranks (0.9 each): the group holds its own sequence only
+    assert lay.load[lay.size == 2].tolist() == [0.5]
+    assert sorted(lay.load.tolist()) == pytest.approx([0.5, 0.9, 0.9])
+    # with a truthful estimate the group's room (0.55) beats the free ranks' (0.45) once: 0.5 + 0.3; the last
+    # goes to a free rank (0.9)
+    honest = place(**kw, fill_estimate=lambda pos, s, u: np.full(len(pos), 0.3))
+    assert sorted(honest.load.tolist()) == pytest.approx([0.6, 0.8, 0.9])
+
+
 def test_pack_heavy_is_first_fit_by_free_ranks() -> None:
     where, height = pack_heavy(np.array([3.0, 2.0, 1.0, 5.0]), np.array([8, 8, 4, 16]), 16)
     assert where.tolist() == [1, 1, 2, 0] and height.tolist() == [5.0, 3.0, 1.0]
