@@ -182,6 +182,26 @@ class AnalyticCostModel:
         return GroupCosts(fwd_compute_s=fwd, fwd_comm_s=cp_f, bwd_compute_s=bwd, bwd_comm_s=cp_b,
                           fwd_tp_comm_s=tp_f, bwd_tp_comm_s=tp_b)
 
+    def stage_classes(self) -> tuple[int, ...]:
+        """For each pipeline stage, the first stage whose :meth:`group_costs` are the same numbers for every
+        group batch (callers that price several stages price one of each class).
+
+        Of a dense model, the stages strictly between the ends (both ends too with CostTerms.lm_head off) cost
+        the same when a stage's ranks start on an NVLink-domain boundary, pool · t a multiple of the domain's
+        GPUs: then every group's crossings (contiguous or listed members, either links rule) are the same at
+        every stage, and nothing else in group_costs reads the stage. Otherwise (a MoE model: its stages hold
+        different layers; groups shifted across a domain boundary) every stage is its own class."""
+        return self._memoized("stage_classes", self._stage_classes)
+
+    def _stage_classes(self) -> tuple[int, ...]:
+        job = self.job
+        p = job.pp
+        if job.model.is_moe or (job.pool * job.tp) % job.gpu.nvlink_domain != 0:
+            return tuple(range(p))
+        ends = {0, p - 1} if self.terms.lm_head else set()
+        first_middle = next((s for s in range(p) if s not in ends), None)
+        return tuple(s if s in ends else first_middle for s in range(p))
+
     def attention_curves(self) -> tuple[SaturatingCurve, SaturatingCurve, str]:
         """Causal forward and backward attention curves and the name of what they price: the job's backend
         (default: TransformerEngine's pick on the GPU, cost_models.attention_backends) when the calibration

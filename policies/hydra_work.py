@@ -57,19 +57,39 @@ def _unique(a: np.ndarray) -> np.ndarray:
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if a.size > 1 else a
 
 
+def _stage_classes(cost_model: CostModel) -> tuple[int, ...]:
+    """Each pipeline stage's class: the first stage that costs the same numbers (AnalyticCostModel.stage_classes;
+    every stage its own for a cost model that does not say)."""
+    f = getattr(cost_model, "stage_classes", None)
+    return tuple(f()) if f is not None else tuple(range(getattr(cost_model.job, "pp", 1)))
+
+
+def _totals(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
+            stage: int) -> np.ndarray:
+    """[n]: time (s) of each length alone in a group of ``sizes`` ranks (inner Ulysses ``ulysses``) at ``stage``."""
+    n = len(lengths)
+    gb = GroupBatch(seq_len=np.asarray(lengths, dtype=np.int64), seq_group=np.arange(n, dtype=np.int64),
+                    size=np.asarray(sizes, dtype=np.int64), ulysses=np.asarray(ulysses, dtype=np.int64),
+                    first_rank=np.zeros(n, dtype=np.int64))
+    return np.asarray(cost_model.group_costs(gb, stage).total_s, dtype=np.float64)
+
+
 def _stage_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
                  stages: tuple[int, ...] | None = None) -> np.ndarray:
     """[len(stages), n]: time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses
-    degree ``ulysses`` at each of ``stages`` (None: every pipeline stage)."""
+    degree ``ulysses`` at each of ``stages`` (None: every pipeline stage); one cost-model call per class of
+    stages that cost the same (:func:`_stage_classes`)."""
     n = len(lengths)
     if stages is None:
         stages = tuple(range(getattr(cost_model.job, "pp", 1)))
     if n == 0:
         return np.zeros((len(stages), 0))
-    gb = GroupBatch(seq_len=np.asarray(lengths, dtype=np.int64), seq_group=np.arange(n, dtype=np.int64),
-                    size=np.asarray(sizes, dtype=np.int64), ulysses=np.asarray(ulysses, dtype=np.int64),
-                    first_rank=np.zeros(n, dtype=np.int64))
-    return np.stack([np.asarray(cost_model.group_costs(gb, s).total_s, dtype=np.float64) for s in stages])
+    rep = _stage_classes(cost_model)
+    rows: dict[int, np.ndarray] = {}
+    for s in stages:
+        if rep[s] not in rows:
+            rows[rep[s]] = _totals(lengths, sizes, ulysses, cost_model, rep[s])
+    return np.stack([rows[rep[s]] for s in stages])
 
 
 def _price(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
@@ -373,27 +393,46 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         if probe[-1] != G - 1:
             probe = np.append(probe, G - 1)
         P = len(probe)
-        # one call per stage: the probes, then every option at 1 and 2 tokens (its overhead, as group_overhead)
-        t = _stage_times(np.concatenate([np.tile(grid[probe], n_opt), np.ones(n_opt, np.int64),
-                                         np.full(n_opt, 2, np.int64)]),
-                         np.concatenate([np.repeat(oc, P), oc, oc]),
-                         np.concatenate([np.repeat(opt_u_a, P), opt_u_a, opt_u_a]), cost_model)
+        rest = np.ones(G, dtype=bool)
+        rest[probe] = False
+        R = G - P
+        # the probes, then every option at 1 and 2 tokens (its overhead, as group_overhead prices it) ...
+        probe_l = np.concatenate([np.tile(grid[probe], n_opt), np.ones(n_opt, np.int64),
+                                  np.full(n_opt, 2, np.int64)])
+        probe_c = np.concatenate([np.repeat(oc, P), oc, oc])
+        probe_u = np.concatenate([np.repeat(opt_u_a, P), opt_u_a, opt_u_a])
+        rest_l, rest_c, rest_u = np.tile(grid[rest], n_opt), np.repeat(oc, R), np.repeat(opt_u_a, R)
+        # ... in one call per class of stages that cost the same; the last stage's class (the analytic model's
+        # heaviest everywhere: the LM head and loss) prices the rest of the grid too, kept if the pricer narrows
+        # to that class (else priced again at the stages it keeps)
+        pp = getattr(cost_model.job, "pp", 1)
+        rep = _stage_classes(cost_model)
+        last = rep[pp - 1]
+        t_of: dict[int, np.ndarray] = {}
+        rest_last = None
+        for r in sorted(set(rep)):
+            if r == last and R:
+                both = _totals(np.concatenate([probe_l, rest_l]), np.concatenate([probe_c, rest_c]),
+                               np.concatenate([probe_u, rest_u]), cost_model, r)
+                t_of[r], rest_last = both[:len(probe_l)], both[len(probe_l):]
+            else:
+                t_of[r] = _totals(probe_l, probe_c, probe_u, cost_model, r)
+        t = np.stack([t_of[rep[s]] for s in range(pp)])
         pricer.narrow(t[:, :P * n_opt])
         t12 = t[:, P * n_opt:].max(axis=0)
         o_all = np.maximum(0.0, 2.0 * t12[:n_opt] - t12[n_opt:])
         keys = oc * _KEY + opt_u_a
         pricer.set_overheads(keys, o_all)
         # the work at the pricer's stages: the probes' columns are already priced (at every stage), the rest
-        # of the grid in one more call per stage
-        ts = t[:, :P * n_opt] if pricer.stages is None else t[list(pricer.stages), :P * n_opt]
+        # of the grid too when those stages are the last one's class
+        kept = tuple(range(pp)) if pricer.stages is None else pricer.stages
+        ts = t[list(kept), :P * n_opt]
         iso = np.empty((n_opt, G))
         iso[:, probe] = (ts.max(axis=0) if len(ts) > 1 else ts[0]).reshape(n_opt, P)
-        rest = np.ones(G, dtype=bool)
-        rest[probe] = False
-        if P < G:
-            R = G - P
-            iso[:, rest] = _price(np.tile(grid[rest], n_opt), np.repeat(oc, R), np.repeat(opt_u_a, R), cost_model,
-                                  pricer.stages).reshape(n_opt, R)
+        if R:
+            if rest_last is None or any(rep[s] != last for s in kept):
+                rest_last = _price(rest_l, rest_c, rest_u, cost_model, pricer.stages)
+            iso[:, rest] = rest_last.reshape(n_opt, R)
         w_all = np.maximum(_MIN_WORK_S, iso - o_all[:, None])
         pricer.set_grid(grid, keys.tolist(), w_all)
     alone = w_all + o_all[:, None]

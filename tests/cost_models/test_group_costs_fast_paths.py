@@ -139,3 +139,38 @@ def test_link_seconds_closed_form():
     # send/recv: one hop, the whole buffer; nothing to send alone
     assert link.seconds("send_recv", 1e6, 2) == pytest.approx(8.4e-6 + 3.4e-6 + 1e6 / 400e9, rel=1e-15)
     assert link.seconds("send_recv", 1e6, 1) == 0.0
+
+
+@pytest.mark.parametrize("model,gpu,tp,pp,pool,terms,classes", [
+    ("llama3-8b", "h200", 1, 4, 64, "all", (0, 1, 1, 3)),  # the ends add the embedding and the LM head
+    ("llama3-8b", "h200", 1, 4, 64, "legacy", (0, 0, 0, 0)),  # no ends, no listed links
+    ("llama3-8b", "h200", 1, 1, 64, "all", (0,)),
+    ("llama3-8b", "h200", 1, 8, 12, "all", tuple(range(8))),  # 12 ranks: stage 1 starts inside a node
+    ("llama3-8b", "h200", 2, 8, 12, "all", (0, 1, 1, 1, 1, 1, 1, 7)),  # 24 GPUs a stage: three whole nodes
+    ("llama3-8b", "gb200", 1, 4, 36, "all", (0, 1, 2, 3)),  # 36 of an NVL72 domain's 72 GPUs
+    ("llama3-8b", "gb200", 2, 4, 36, "all", (0, 1, 1, 3)),
+    ("qwen3-30b-a3b", "h100", 1, 4, 64, "all", (0, 1, 2, 3)),  # MoE: stages hold different layers
+])
+def test_stage_classes_cost_the_same(model, gpu, tp, pp, pool, terms, classes):
+    job = JobSpec(model=get_model(model), gpu=get_gpu(gpu), tp=tp, pp=pp, pool=pool, context_len=262144,
+                  max_tokens_per_rank=16384)
+    cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
+    assert cm.stage_classes() == classes
+    rng = np.random.default_rng(11)
+    G = 200
+    sizes = rng.choice([c for c in (1, 2, 3, 4, 6, 8, 12) if c <= pool], G)
+    u = np.array([rng.choice([x for x in (1, 2, 4) if c % x == 0 and job.kv_heads_per_rank % x == 0])
+                  for c in sizes])
+    first = rng.integers(0, pool - sizes + 1)
+    lengths = rng.integers(1, 40_000, G)
+    members = np.concatenate([rng.permutation(pool)[:c] for c in sizes])
+    for gb in (_alone(lengths, sizes, u, first),
+               GroupBatch(lengths, np.arange(G), sizes, u, first, members, np.repeat(np.arange(G), sizes))):
+        costs = {s: _fields(cm.group_costs(gb, s), G) for s in range(pp)}
+        for s, r in enumerate(classes):
+            for x, y, name in zip(costs[s], costs[r], FIELDS):
+                np.testing.assert_array_equal(x, y, err_msg=f"stage {s} vs {r}: {name}")
+        if len(set(classes)) < pp or pp == 1 or job.model.is_moe:
+            continue
+        # a dense model whose stages are all their own class: some group costs differ (not too fine)
+        assert any(not np.array_equal(np.r_[tuple(costs[0])], np.r_[tuple(costs[s])]) for s in range(1, pp))
