@@ -96,10 +96,11 @@ def _levels(m: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 
 
 @lru_cache(maxsize=64)
-def _merged(ms: tuple[int, ...], p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+def _merged(ms: tuple[int, ...], p: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], list]:
     """The schedules of several columns (m = ``ms``) as one: operations ordered by level (column by column
     within a level), each column's microbatches offset to its own rows. Returns per operation its phase and
-    row, the column of each operation, and per level (start, stop, dependencies then previous ops, count)."""
+    row, the operations grouped by column (order, starts), and per level (start, stop, dependencies then
+    previous ops, count)."""
     parts = [_levels(m, p) for m in ms]
     sizes = [len(x[0]) for x in parts]
     base = np.cumsum([0] + sizes)
@@ -124,7 +125,8 @@ def _merged(ms: tuple[int, ...], p: int) -> tuple[np.ndarray, np.ndarray, np.nda
     both[lo + k + np.arange(n)] = prev
     bounds = edges.tolist()
     steps = [(a, b, both[2 * a:2 * b], b - a) for a, b in zip(bounds[:-1], bounds[1:])]
-    return phase, row, col, steps
+    grouped = np.argsort(col, kind="stable")  # the operations column by column, and where each column starts
+    return phase, row, (grouped, np.searchsorted(col[grouped], np.arange(len(ms)))), steps
 
 
 def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACTION) -> list[np.ndarray]:
@@ -145,7 +147,7 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
         h = Hs[i]
         stacked[r:r + h.shape[1], :h.shape[0]] = h.T
         r += h.shape[1]
-    dur = np.where(phase[:, None] == 0, phi, 1.0 - phi) * stacked[row]  # [ops, C]
+    dur = np.where(phase == 0, phi, 1.0 - phi)[:, None] * stacked[row]  # [ops, C]
     n = len(phase)
     end = np.zeros((n + 1, C))  # the last row stays 0: the target of "none"
     for lo, hi, both, k in steps:
@@ -156,8 +158,7 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
     if len(keep) == 1:
         best = end.max(axis=0)[None, :]
     else:
-        grouped = np.argsort(col, kind="stable")
-        starts = np.searchsorted(col[grouped], np.arange(len(keep)))
+        grouped, starts = col
         best = np.maximum(np.maximum.reduceat(end[grouped], starts, axis=0), 0.0)
     for j, i in enumerate(keep):
         out[i] = best[j, :Hs[i].shape[0]].copy()

@@ -1,0 +1,134 @@
+"""HyDra's vectorised target search and 1F1B helpers give exactly what their first version gave.
+
+The first version (tests/policies/_hydra_first_version.py, the code before the speed-up, kept verbatim) is the
+reference: ``TargetSearch.at`` for every light count, ``choose_target`` with and without a fixed count,
+``makespans`` (one level sweep for several columns), ``candidate_orders``, ``height_profile`` (all profiles
+in one recurrence call) and ``balance_columns`` (block sums decided per level) must return the same numbers
+bit for bit, on small batches of the 256k trace and on random inputs with ties.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
+from dcpsim.policies import hydra_order, hydra_target
+from dcpsim.policies.hydra_target import build_target_model, pack_heavy
+from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid
+from dcpsim.traces import get_preset
+
+from . import _hydra_first_version as first
+
+
+def same(a, b) -> bool:
+    """Equal bit for bit: arrays (shape, dtype kind, values), dataclasses field by field, scalars."""
+    if hasattr(a, "__dataclass_fields__"):
+        return all(same(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    x, y = np.asarray(a), np.asarray(b)
+    return x.shape == y.shape and x.dtype.kind == y.dtype.kind and np.array_equal(x, y)
+
+
+def _target_case(n: int, w: int, pp: int, seed: int, terms: str = "all", microbatches: int = 8):
+    """A batch of the 256k trace with the per-rank budget of experiments/bench_scheduler.make_case."""
+    lengths = get_preset("256k").sample(n, seed)
+    budget = max(int(np.ceil(lengths.sum() / (w * microbatches))), int(np.ceil(lengths.max() / w)))
+    job = JobSpec(model=get_model("llama3-8b"), gpu=get_gpu("h200"), tp=1, pp=pp, pool=w, context_len=262144,
+                  max_tokens_per_rank=budget)
+    cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
+    D = allowed_degrees(w, "pow2", 1, "auto", job)
+    grid = build_grid(lengths, D, "auto", job, cm, budget, pricer=Pricer(lengths, cm))
+    return grid, build_target_model(grid), lengths, budget
+
+
+CASES = [(256, 16, 4, 0, "all"), (512, 64, 4, 1, "all"), (512, 64, 4, 2, "legacy"), (384, 32, 8, 3, "all"),
+         (256, 256, 4, 4, "all"), (600, 16, 2, 5, "legacy")]
+
+
+@pytest.mark.parametrize("n,w,pp,seed,terms", CASES)
+def test_target_search_matches_the_first_version(n: int, w: int, pp: int, seed: int, terms: str) -> None:
+    grid, tm, lengths, budget = _target_case(n, w, pp, seed, terms)
+    heavy_seen = 0
+    for capacity in (None, 0.83 * w):
+        new = hydra_target.TargetSearch(grid, tm, w, pp, lengths, budget, capacity)
+        ref = first.TargetSearch(grid, tm, w, pp, lengths, budget, capacity)
+        counts = np.arange(1, 161)
+        batch = new.many(counts[::-1])  # out of order: every count resolved on its own
+        for i, m in enumerate(counts[::-1].tolist()):
+            want = ref.at(m)
+            assert same(new.choice(batch, i), want), (m, capacity)
+            assert same(hydra_target.TargetSearch(grid, tm, w, pp, lengths, budget, capacity).at(m), want)
+            heavy_seen += want.m_heavy > 0
+        for span in (1, 8):
+            for ramp in (False, True):
+                assert same(hydra_target.choose_target(grid, tm, w, pp, lengths, budget, span=span,
+                                                       capacity=capacity, ramp=ramp),
+                            first.choose_target(grid, tm, w, pp, lengths, budget, span=span,
+                                                capacity=capacity, ramp=ramp))
+        for fixed in (1, 3, 9, 40):
+            assert same(hydra_target.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity),
+                        first.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity))
+    if (n, w) == (256, 16):
+        assert heavy_seen > 0  # the heavy-set path is exercised
+
+
+def test_heavy_heights_are_pack_heavys() -> None:
+    """The heights-only first fit equals pack_heavy's heights, and a hand-packed case: loads [3, 2, 1] of
+    8 ranks and 5 of 16 on 16 ranks: the 16 opens microbatch 0 (height 5), the 8s fill microbatch 1 two at a
+    time (3 and 2, height 3) and open microbatch 2 (height 1)."""
+    assert same(hydra_target._pack_heights(np.array([3.0, 2.0, 1.0, 5.0]), np.array([8, 8, 8, 16]), 16),
+                np.array([5.0, 3.0, 1.0]))
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        pool = int(rng.choice([8, 16, 18, 64]))
+        sizes = rng.choice([c for c in (1, 2, 3, 4, 8, 16, 64) if c <= pool], size=int(rng.integers(1, 30)))
+        loads = np.round(rng.random(len(sizes)), 1)  # ties
+        assert same(hydra_target._pack_heights(loads, sizes, pool), pack_heavy(loads, sizes, pool)[1])
+
+
+@pytest.mark.parametrize("p", [1, 2, 4, 8])
+def test_makespans_match_the_first_version(p: int) -> None:
+    rng = np.random.default_rng(p)
+    mats = [np.round(rng.random((int(rng.integers(1, 7)), m)), 2) for m in (1, 2, 5, 9, 17, 30)]
+    many = hydra_order.makespans_many(mats, p)
+    for H, t in zip(mats, many):
+        assert same(t, first.makespans(H, p))
+        assert same(hydra_order.makespans(H, p), first.makespans(H, p))
+    # a hand calculation: p = 1 runs F then B of each microbatch in turn, the makespan is Σh
+    assert hydra_order.makespans(np.array([[1.0, 2.0, 4.0]]), 1)[0] == pytest.approx(7.0)
+
+
+def test_orders_and_height_profiles_match_the_first_version() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        m_light, n_heavy, p = int(rng.integers(0, 40)), int(rng.integers(0, 6)), int(rng.integers(1, 9))
+        hv = np.round(1.0 + rng.random(n_heavy), 1)
+        h = np.r_[hv, np.round(rng.random(m_light), 1)]
+        heavy = np.r_[np.ones(n_heavy, dtype=bool), np.zeros(m_light, dtype=bool)]
+        for ends in (0, 1, p):
+            assert same(hydra_order.candidate_orders(h, heavy, p, ends), first.candidate_orders(h, heavy, p, ends))
+            if len(h):
+                assert same(hydra_order.best_order(h, heavy, p, ends), first.best_order(h, heavy, p, ends))
+        assert same(hydra_order.height_profile(m_light, 0.7, hv, p), first.height_profile(m_light, 0.7, hv, p))
+
+
+@pytest.mark.parametrize("W", [1, 2, 8, 64, 256, 24])
+def test_balance_columns_matches_the_first_version(W: int) -> None:
+    """Loads of aligned groups (equal within a group: many exact ties) and of single columns."""
+    rng = np.random.default_rng(W)
+    for trial in range(6):
+        m = int(rng.integers(1, 12))
+        loads = np.zeros((m, W))
+        for k in range(m):
+            r = 0
+            while r < W:
+                size = 1 << int(rng.integers(0, max(1, W.bit_length())))
+                while r % size or r + size > W:
+                    size //= 2
+                loads[k, r:r + size] = np.round(rng.random(), 1 if trial % 2 else 6)
+                r += size
+        assert same(hydra_order.balance_columns(loads), first.balance_columns(loads))
+        slow = 1.0 + (rng.random(W) < 0.25) * rng.random(W)
+        assert same(hydra_order.balance_columns(loads, slow), first.balance_columns(loads, slow))
