@@ -228,6 +228,7 @@ class TargetSearch:
         self._floor = max(tm.slot_overhead, 1e-12)
         self._alone = alone_load(grid)
         self._alone_min = self._alone.min(axis=1)
+        self._records: tuple | None = None  # per cell its degree records (:meth:`_degrees_at`)
         self._thr_asc = np.sort(tm.heavy_thr)
         self._thr_desc = self._thr_asc[::-1]
         self._tokens = float(lengths.sum())
@@ -308,12 +309,38 @@ class TargetSearch:
         they need, at least one per sequence above τ/2 (no two share) and at least their load over τ."""
         return float(self._structures(np.array([tau]), heavy[None, :])[0])
 
+    def _degrees_at(self, tau: np.ndarray) -> np.ndarray:
+        """[n, G]: :func:`cell_degrees`'s degree index of every cell at each τ of ``tau``. A cell holding
+        sequences takes its first record (a degree whose load alone beats every smaller degree's) that fits
+        τ: the records' loads fall with the degree, so that is record c, c the count of its records above τ
+        (c = all of them: heavy, the last record, ``heavy_k``). Cells without sequences: the full rule."""
+        if self._records is None:
+            g, tm = self.grid, self.tm
+            wm = self._alone
+            prev_min = np.minimum.accumulate(np.c_[np.full(len(wm), np.inf), wm[:, :-1]], axis=1)
+            rows, cols = np.nonzero(np.isfinite(wm) & (wm < prev_min) & (self.R[:, None] > 0))
+            starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if len(rows) else rows
+            cells = rows[starts]
+            has = np.zeros(len(wm), dtype=bool)
+            has[cells] = True
+            self._records = (wm[rows, cols], cols, cells, starts, np.r_[starts[1:], len(rows)] - 1,
+                             not bool((~has & (self.count > 0)).any()))
+        loads, cols, cells, starts, last, complete = self._records
+        if not complete or not len(cells):
+            ok = self._alone[None, :, :] <= tau[:, None, None]
+            return np.where(self._alone_min[None, :] > tau[:, None], self.tm.heavy_k[None, :],
+                            np.argmax(ok, axis=2))
+        above = np.add.reduceat(loads[None, :] > tau[:, None], starts, axis=1, dtype=np.int64)
+        k = np.empty((len(tau), len(self.tm.heavy_k)), dtype=np.int64)
+        k[:] = self.tm.heavy_k
+        k[:, cells] = cols[np.minimum(starts + above, last)]
+        return k
+
     def _structures(self, tau: np.ndarray, heavy: np.ndarray) -> np.ndarray:
         """:meth:`_structure` of each τ of ``tau`` with its heavy set (rows of ``heavy`` [n, G]); the per-degree
         sums run over the cells in the same order (one bincount over (row, degree) bins)."""
         g, tm = self.grid, self.tm
-        ok = self._alone[None, :, :] <= tau[:, None, None]  # cell_degrees, per row (heavy: no degree fits)
-        k = np.where(self._alone_min[None, :] > tau[:, None], tm.heavy_k[None, :], np.argmax(ok, axis=2))
+        k = self._degrees_at(tau)
         rows = ~heavy & (k > 0) & (self.count > 0)[None, :]
         K = len(g.degrees)
         at = np.arange(k.shape[1])[None, :] * K + k
