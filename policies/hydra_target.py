@@ -233,7 +233,7 @@ class TargetSearch:
         self._thr_desc = self._thr_asc[::-1]
         self._tokens = float(lengths.sum())
         self._per_seq: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._cum: tuple[np.ndarray, np.ndarray] | None = None  # tokens, sizes of the j highest-threshold cells
+        self._cum: tuple[np.ndarray, ...] | None = None  # running totals over the cells by threshold
         G = len(tm.heavy_thr)  # per heavy set (by its count of cells, 0: none): what at() reads of it
         self._known = np.zeros(G + 1, dtype=bool)
         self._known[0] = True
@@ -280,19 +280,26 @@ class TargetSearch:
             if self._per_seq is None:
                 self._heavy(np.zeros(len(tm.heavy_thr), dtype=bool))
             load, size, sized, rw = self._per_seq
-            if self._cum is None:
+            if self._cum is None:  # cells by falling threshold, their sequences in that order, running totals
                 order = np.argsort(-tm.heavy_thr, kind="stable")
+                rank = np.empty_like(order)
+                rank[order] = np.arange(len(order))
                 tok = np.bincount(g.cell, weights=self.lengths, minlength=len(order))[order]
                 self._cum = (np.r_[0.0, np.cumsum(tok)],
-                             np.r_[0, np.cumsum((self.count * g.degrees[tm.heavy_k])[order])].astype(np.int64))
-            mask = tm.heavy_thr >= self._thr_desc[j - 1]
-            seq = np.flatnonzero(mask[g.cell])
+                             np.r_[0, np.cumsum((self.count * g.degrees[tm.heavy_k])[order])].astype(np.int64),
+                             order, np.argsort(rank[g.cell], kind="stable"),
+                             np.r_[0, np.cumsum(self.count[order])].astype(np.int64))
+            tok_cum, size_cum, order, by_rank, seq_cum = self._cum
+            # the set of j cells is the first j by threshold (a count of cells above some τ keeps ties
+            # together); sequences and cells ascending, as a mask would list them
+            seq = np.sort(by_rank[:seq_cum[j]])
             heights = _pack_heights(load[seq], size[seq], self.W)
             hsum = float(heights.sum())
             self._heights[j] = heights
-            self._tok_j[j] = self._cum[0][j]
-            self._excl_j[j] = float(rw[mask].sum()) + (float(self.W * hsum) - float(sized[seq].sum()))
-            self._free_j[j] = int(self.W * len(heights) - self._cum[1][j])
+            self._tok_j[j] = tok_cum[j]
+            self._excl_j[j] = (float(rw[np.sort(order[:j])].sum())
+                               + (float(self.W * hsum) - float(sized[seq].sum())))
+            self._free_j[j] = int(self.W * len(heights) - size_cum[j])
             self._hsum_j[j] = hsum
             self._hmax_j[j] = float(heights.max())
             self._known[j] = True
