@@ -65,19 +65,22 @@ BF16_BYTES = 2.0
 OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam over fp32 master + 2 moments + bf16 grad/param, read and written
 
 
-def _select(cond, if_true, if_false):
-    """``np.where(cond, if_true(), if_false())``, computing only a branch that some element takes."""
-    cond = np.asarray(cond)
-    if cond.ndim:
-        if not cond.any():
-            out = if_false()
-        elif cond.all():
-            out = if_true()
-        else:
-            out = None
-        if out is not None and np.shape(out) == cond.shape:
-            return np.asarray(out, dtype=np.float64)
-    return np.where(cond, if_true(), if_false())
+class _Select:
+    """``np.where(cond, if_true(), if_false())`` for several pairs of branches on one condition, computing only
+    a branch that some element takes (the condition read once)."""
+
+    __slots__ = ("cond", "take")
+
+    def __init__(self, cond) -> None:
+        self.cond = cond = np.asarray(cond)
+        self.take = None if cond.ndim == 0 else (False if not cond.any() else (True if cond.all() else None))
+
+    def __call__(self, if_true, if_false) -> np.ndarray:
+        if self.take is not None:
+            out = if_true() if self.take else if_false()
+            if np.shape(out) == self.cond.shape:
+                return np.asarray(out, dtype=np.float64)
+        return np.where(self.cond, if_true(), if_false())
 
 
 @dataclass(frozen=True)
@@ -317,10 +320,10 @@ class AnalyticCostModel:
         nv, net = self._links("send_recv")
         k = self._memoized("p2p_scale", self._p2p_bytes_scale)
         kv2 = 2 * kv_bytes
-        step_f = _select(crosses, lambda: net.seconds("send_recv", kv_bytes if k == 1.0 else k * kv_bytes, 2),
-                         lambda: nv.seconds("send_recv", kv_bytes, 2))
-        step_b = _select(crosses, lambda: net.seconds("send_recv", kv2 if k == 1.0 else k * 2 * kv_bytes, 2),
-                         lambda: nv.seconds("send_recv", kv2, 2))
+        select = _Select(crosses)
+        step_f = select(lambda: net.send_recv_s(kv_bytes if k == 1.0 else k * kv_bytes),
+                        lambda: nv.send_recv_s(kv_bytes))
+        step_b = select(lambda: net.send_recv_s(kv2 if k == 1.0 else k * 2 * kv_bytes), lambda: nv.send_recv_s(kv2))
         steps = r - 1
         exp_f = steps * np.maximum(0.0, step_f - att_f_layer / r)
         exp_b = steps * np.maximum(0.0, step_b - att_b_layer / r)
@@ -340,6 +343,7 @@ class AnalyticCostModel:
         n = np.asarray(u, dtype=np.float64)
         factor, hops = collective_terms("all_to_all", n)
         lat: dict[str, np.ndarray] = {}
+        select = _Select(crosses)
 
         def a2a(nbytes):
             def on_net():
@@ -350,7 +354,7 @@ class AnalyticCostModel:
                 lat_nv = lat["nv"] = lat["nv"] if "nv" in lat else nv.latency_s(hops)
                 return nv.transfer_s(lat_nv, nbytes * factor)
 
-            return _select(crosses, on_net, on_nv)
+            return select(on_net, on_nv)
 
         return np.where(n > 1, 2 * a2a(q_bytes) + 2 * a2a(kv_bytes), 0.0)
 

@@ -84,6 +84,10 @@ class LinkModel:
         factor, hops = collective_terms(op, n)
         return np.where(n > 1, self.transfer_s(self.latency_s(hops), nbytes * factor), 0.0)
 
+    def send_recv_s(self, nbytes: np.ndarray) -> np.ndarray:
+        """``seconds("send_recv", nbytes, 2)``: one hop, the whole buffer."""
+        return self.transfer_s(self.latency_s(1.0), np.asarray(nbytes, dtype=np.float64))
+
     def latency_s(self, hops: np.ndarray | float) -> np.ndarray | float:
         """The α part: base + hops · per-hop latency (seconds)."""
         return self.base_s + hops * self.hop_s

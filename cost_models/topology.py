@@ -110,10 +110,14 @@ def _contiguous_crossings(job: JobSpec, stage: int, size: np.ndarray, u: np.ndar
     cand = spans & (u > 1)
     if not cand.any():  # no inner group can span a boundary
         return ring, cand
-    if bool((((u & (u - 1)) == 0) & (u > 0)).all()):  # powers of two: x mod u is x & (u − 1)
-        mask = u - 1
-        inner = cand & ((u > R) | ((o & mask) != 0))
-        odd = np.flatnonzero(cand & (u <= R) & ((R & mask) != 0))
+    mask = u - 1
+    if bool(((u & mask) == 0).all()) and int(u.min()) > 0:  # powers of two: x mod u is x & (u − 1)
+        if R & (R - 1) == 0 and int(u.max()) <= R:  # u divides R: no odd group, no inner group above R
+            inner = cand & ((o & mask) != 0)
+            odd = np.zeros(0, dtype=np.int64)
+        else:
+            inner = cand & ((u > R) | ((o & mask) != 0))
+            odd = np.flatnonzero(cand & (u <= R) & ((R & mask) != 0))
     else:
         inner = cand & ((u > R) | (o % u != 0))
         odd = np.flatnonzero(cand & (u <= R) & (R % u != 0))

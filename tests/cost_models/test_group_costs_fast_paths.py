@@ -129,6 +129,8 @@ def test_link_seconds_of_one_group_size_equals_the_array_path(op):
         want = nv.seconds(op, nbytes, np.full(nbytes.shape, n))
         np.testing.assert_array_equal(nv.seconds(op, nbytes, n), want)
         assert float(nv.seconds(op, 3e3, n)) == want[2]  # a scalar buffer too
+        if op == "send_recv" and n == 2:
+            np.testing.assert_array_equal(nv.send_recv_s(nbytes), want)
 
 
 def test_link_seconds_closed_form():
