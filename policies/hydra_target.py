@@ -417,6 +417,23 @@ class TargetSearch:
         return self.choice(self.many(np.array([m_light])), 0)
 
 
+_LAST: list[tuple] = []  # the last search: (grid, model, lengths, scalars, TargetSearch)
+
+
+def _search(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
+            capacity: float | None) -> TargetSearch:
+    """The TargetSearch of these inputs: the last one again when a plan asks for the same grid, model and
+    batch (HyDra re-targets a fixed m after its free pick: the heavy sets and counts it resolved are reused;
+    a search's numbers depend on its inputs only)."""
+    if _LAST:
+        g, t, lens, scalars, ts = _LAST[0]
+        if g is grid and t is tm and lens is lengths and scalars == (pool, pp, budget, capacity):
+            return ts
+    ts = TargetSearch(grid, tm, pool, pp, lengths, budget, capacity)
+    _LAST[:] = [(grid, tm, lengths, (pool, pp, budget, capacity), ts)]
+    return ts
+
+
 def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
                   num_microbatches: int | None = None, span: int = 8,
                   capacity: float | None = None, ramp: bool = False) -> TargetChoice:
@@ -428,7 +445,7 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
     best by ``STOP_ABOVE`` (τ only falls with m, so degrees, communication and heavy sets only grow).
     ``capacity``: the speed-weighted pool Σ 1/f of a job with stragglers (None: W).
     The counts are resolved in blocks (16, 16, 32, 64, …: :meth:`TargetSearch.many`) and scanned in order."""
-    ts = TargetSearch(grid, tm, pool, pp, lengths, budget, capacity)
+    ts = _search(grid, tm, pool, pp, lengths, budget, capacity)
     if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
         for m_l in range(num_microbatches, 0, -1):
             ch = ts.at(m_l)
