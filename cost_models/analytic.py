@@ -202,7 +202,7 @@ class AnalyticCostModel:
         if job.model.is_moe or (job.pool * job.tp) % job.gpu.nvlink_domain != 0:
             return tuple(range(p))
         ends = {0, p - 1} if self.terms.lm_head else set()
-        first_middle = next((s for s in range(p) if s not in ends), None)
+        first_middle = next((s for s in range(p) if s not in ends), 0)  # (0: no stage is a middle one)
         return tuple(s if s in ends else first_middle for s in range(p))
 
     def attention_curves(self) -> tuple[SaturatingCurve, SaturatingCurve, str]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -76,13 +76,13 @@ class LinkModel:
             if op == "send_recv":
                 factor, hops = 1.0, 1.0
             else:
-                factor, hops = _FACTOR[op] * (nf - 1) / max(nf, 1.0), nf - 1
+                factor, hops = cast(float, _FACTOR[op]) * (nf - 1) / max(nf, 1.0), nf - 1
             if not nf > 1:
                 return np.zeros(nbytes.shape)
             return np.asarray(self.transfer_s(self.latency_s(hops), nbytes if factor == 1.0 else nbytes * factor))
         n = np.asarray(n, dtype=np.float64)
-        factor, hops = collective_terms(op, n)
-        return np.where(n > 1, self.transfer_s(self.latency_s(hops), nbytes * factor), 0.0)
+        factors, hops_n = collective_terms(op, n)
+        return np.where(n > 1, self.transfer_s(self.latency_s(hops_n), nbytes * factors), 0.0)
 
     def send_recv_s(self, nbytes: np.ndarray) -> np.ndarray:
         """``seconds("send_recv", nbytes, 2)``: one hop, the whole buffer."""

@@ -156,9 +156,9 @@ class Pricer:
         self._rows = 0
         self._lut = np.full((1, 1), -1, dtype=np.int64)  # [size, ulysses] → row
 
-    def _new_rows(self, keys: list[int]) -> None:
-        """Give each of ``keys`` (not yet known) a row of the memo."""
-        if not keys:
+    def _new_rows(self, keys: np.ndarray) -> None:
+        """Give each of ``keys`` (distinct, not yet known; int64) a row of the memo."""
+        if not keys.size:
             return
         need = self._rows + len(keys)
         if need > len(self._row_key):
@@ -170,22 +170,20 @@ class Pricer:
             rk = np.zeros(cap, dtype=np.int64)
             rk[:self._rows] = self._row_key[:self._rows]
             self._tab, self._tab_ovh, self._row_key = tab, ovh, rk
-        smax = max(k // _KEY for k in keys)
-        umax = max(k % _KEY for k in keys)
-        if smax >= self._lut.shape[0] or umax >= self._lut.shape[1]:
-            lut = np.full((max(smax + 1, self._lut.shape[0]), max(umax + 1, self._lut.shape[1])), -1,
-                          dtype=np.int64)
+        c, u = keys // _KEY, keys % _KEY
+        shape = (max(int(c.max()) + 1, self._lut.shape[0]), max(int(u.max()) + 1, self._lut.shape[1]))
+        if shape != self._lut.shape:
+            lut = np.full(shape, -1, dtype=np.int64)
             lut[:self._lut.shape[0], :self._lut.shape[1]] = self._lut
             self._lut = lut
-        for k in keys:
-            self._lut[k // _KEY, k % _KEY] = self._rows
-            self._row_key[self._rows] = k
-            self._rows += 1
+        self._lut[c, u] = np.arange(self._rows, need)
+        self._row_key[self._rows:need] = keys
+        self._rows = need
 
     def _row_of(self, size: int, ulysses: int) -> int:
         lut = self._lut
         if size >= lut.shape[0] or ulysses >= lut.shape[1] or lut[size, ulysses] < 0:
-            self._new_rows([size * _KEY + ulysses])
+            self._new_rows(np.array([size * _KEY + ulysses], dtype=np.int64))
         return int(self._lut[size, ulysses])
 
     def _rows_of(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
@@ -198,18 +196,17 @@ class Pricer:
             rows = lut[sizes, ulysses]
             if int(rows.min()) >= 0:
                 return rows
-        new = []
-        for k in _unique(sizes * _KEY + ulysses).tolist():
-            c, u = divmod(k, _KEY)
-            if c >= lut.shape[0] or u >= lut.shape[1] or lut[c, u] < 0:
-                new.append(k)
-        self._new_rows(new)
+        keys = _unique(sizes * _KEY + ulysses)
+        c, u = keys // _KEY, keys % _KEY
+        known = (c < lut.shape[0]) & (u < lut.shape[1])
+        known[known] = lut[c[known], u[known]] >= 0
+        self._new_rows(keys[~known])
         return self._lut[sizes, ulysses]
 
     def set_grid(self, grid: np.ndarray, keys: list[int], work: np.ndarray) -> None:
         """Keep the grid's work ([options, G] at the lengths ``grid``, option keys ``keys``) for :meth:`lower`."""
         self._grid = grid
-        rising = (np.diff(work, axis=1) >= 0).all(axis=1).tolist()
+        rising = np.all(np.diff(work, axis=1) >= 0, axis=1).tolist()
         self._grid_rows = {k: w for k, w, up in zip(keys, work, rising) if up}
 
     def lower(self, pos: np.ndarray, size: int, ulysses: int) -> np.ndarray | None:
