@@ -160,13 +160,15 @@ def _pack_heights(loads: np.ndarray, sizes: np.ndarray, pool: int) -> np.ndarray
     for c in classes:
         items = np.sort(loads if len(classes) == 1 else loads[sizes == c])[::-1]
         n, per = len(items), pool // c
-        if not len(free):  # the first class opens its microbatches: ⌊pool / c⌋ loads each
-            height = np.maximum(items[::per], 0.0)
-            free = np.full(len(height), pool - c * per, dtype=np.int64)
-            free[-1] = pool - c * (n - per * (len(height) - 1))
-            continue
         slots = free // c
         have = int(slots.sum())
+        if have == 0:  # no free slot of c ranks: the class opens microbatches of ⌊pool / c⌋ loads each
+            new = np.maximum(items[::per], 0.0)
+            left = np.full(len(new), pool - c * per, dtype=np.int64)
+            left[-1] = pool - c * (n - per * (len(new) - 1))
+            height, free = (new, left) if not len(free) else (np.concatenate([height, new]),
+                                                             np.concatenate([free, left]))
+            continue
         if have < n:
             extra = -(-(n - have) // per)
             free = np.concatenate([free, np.full(extra, pool, dtype=np.int64)])
@@ -246,13 +248,7 @@ class TargetSearch:
         key = np.packbits(heavy_cells).tobytes()
         hit = self._heavy_cache.get(key)
         if hit is None:
-            if self._per_seq is None:  # every sequence at its cell's heavy degree: load, size, size · share
-                g, tm = self.grid, self.tm
-                k = tm.heavy_k[g.cell]
-                share = g.work[g.cell, k] * g.scale
-                self._per_seq = (share + g.overhead[g.cell, k], g.degrees[k], g.degrees[k] * share,
-                                 tm.rank_work[np.arange(len(tm.heavy_k)), tm.heavy_k])
-            load, size, sized, rw = self._per_seq
+            load, size, sized, rw = self._sequences()
             seq = np.flatnonzero(heavy_cells[self.grid.cell])
             sizes = size[seq]
             heights = _pack_heights(load[seq], sizes, self.W)
@@ -262,6 +258,17 @@ class TargetSearch:
             hit = (heights, float(self.lengths[seq].sum()), heavy_rw + spare, free)
             self._heavy_cache[key] = hit
         return hit
+
+    def _sequences(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every sequence at its cell's heavy degree: load alone, size, size · share; each cell's rank-work
+        there."""
+        if self._per_seq is None:
+            g, tm = self.grid, self.tm
+            k = tm.heavy_k[g.cell]
+            share = g.work[g.cell, k] * g.scale
+            self._per_seq = (share + g.overhead[g.cell, k], g.degrees[k], g.degrees[k] * share,
+                             tm.rank_work[np.arange(len(tm.heavy_k)), tm.heavy_k])
+        return self._per_seq
 
     def _heavy_mask(self, j: int) -> np.ndarray:
         """The heavy set of ``j`` cells: those of the j highest thresholds (a tie is all in or all out)."""
@@ -277,27 +284,24 @@ class TargetSearch:
         for j in set(js):
             if self._known[j]:
                 continue
-            if self._per_seq is None:
-                self._heavy(np.zeros(len(tm.heavy_thr), dtype=bool))
-            load, size, sized, rw = self._per_seq
-            if self._cum is None:  # cells by falling threshold, their sequences in that order, running totals
+            load, size, sized, rw = self._sequences()
+            if self._cum is None:  # each cell's rank by falling threshold, running totals in that order
                 order = np.argsort(-tm.heavy_thr, kind="stable")
                 rank = np.empty_like(order)
                 rank[order] = np.arange(len(order))
                 tok = np.bincount(g.cell, weights=self.lengths, minlength=len(order))[order]
                 self._cum = (np.r_[0.0, np.cumsum(tok)],
                              np.r_[0, np.cumsum((self.count * g.degrees[tm.heavy_k])[order])].astype(np.int64),
-                             order, np.argsort(rank[g.cell], kind="stable"),
-                             np.r_[0, np.cumsum(self.count[order])].astype(np.int64))
-            tok_cum, size_cum, order, by_rank, seq_cum = self._cum
+                             rank, rank[g.cell])
+            tok_cum, size_cum, rank, seq_rank = self._cum
             # the set of j cells is the first j by threshold (a count of cells above some τ keeps ties
             # together); sequences and cells ascending, as a mask would list them
-            seq = np.sort(by_rank[:seq_cum[j]])
+            seq = np.flatnonzero(seq_rank < j)
             heights = _pack_heights(load[seq], size[seq], self.W)
             hsum = float(heights.sum())
             self._heights[j] = heights
             self._tok_j[j] = tok_cum[j]
-            self._excl_j[j] = (float(rw[np.sort(order[:j])].sum())
+            self._excl_j[j] = (float(rw[rank < j].sum())
                                + (float(self.W * hsum) - float(sized[seq].sum())))
             self._free_j[j] = int(self.W * len(heights) - size_cum[j])
             self._hsum_j[j] = hsum
