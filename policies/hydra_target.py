@@ -72,6 +72,11 @@ class TargetModel:
     heavy_k: np.ndarray  # [G] its degree index when heavy (argmin share)
     rank_work: np.ndarray  # [G, K] R_j · D_k · work[j, k] + count_j · D_k · (overhead[j, k] − overhead[j, 0])
     slot_overhead: float  # ō
+    # per cell: sequences, their summed weight R, and the degree records (row, degree index, load alone) of
+    # cells holding sequences, row-major (what TargetSearch reads the degrees at many τ off)
+    cell_count: np.ndarray | None = None
+    cell_weight: np.ndarray | None = None
+    records: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 def build_target_model(grid: WorkGrid) -> TargetModel:
@@ -99,7 +104,8 @@ def build_target_model(grid: WorkGrid) -> TargetModel:
     order = np.argsort(ev_t, kind="stable")
     thr = ev_t[order]
     F = f_low + np.r_[0.0, np.cumsum(ev_d[order])]
-    return TargetModel(thr, F, heavy_thr, heavy_k, rw, float(grid.overhead[0, 0]))
+    return TargetModel(thr, F, heavy_thr, heavy_k, rw, float(grid.overhead[0, 0]), count, R,
+                       (rows, cols, wm[rows, cols]))
 
 
 def solve_tau(tm: TargetModel, pool: float, m_light: int, excluded: float = 0.0) -> float:
@@ -221,15 +227,16 @@ class TargetSearch:
         self.W_eff = float(pool) if capacity is None else capacity  # ranks the load spreads over (speed-weighted)
         self.token_cap = TOKEN_SLACK * pool * budget  # tokens one microbatch should hold at most
         self.lengths = lengths
-        self.count = np.bincount(grid.cell, minlength=len(grid.lengths)).astype(np.float64)
-        self.R = np.bincount(grid.cell, weights=grid.scale, minlength=len(grid.lengths))
+        if tm.cell_count is not None and tm.cell_weight is not None:
+            self.count, self.R = tm.cell_count, tm.cell_weight
+        else:
+            self.count = np.bincount(grid.cell, minlength=len(grid.lengths)).astype(np.float64)
+            self.R = np.bincount(grid.cell, weights=grid.scale, minlength=len(grid.lengths))
         self._heavy_cache: dict[bytes, tuple[np.ndarray, float, float, int]] = {}
         self._solved: dict[int, TargetChoice] = {}
-        self._upper = np.r_[tm.thresholds, np.inf]
-        self._lower = np.r_[0.0, tm.thresholds]
+        self._upper = np.concatenate([tm.thresholds, [np.inf]])
+        self._lower = np.concatenate([[0.0], tm.thresholds])
         self._floor = max(tm.slot_overhead, 1e-12)
-        self._alone = alone_load(grid)
-        self._alone_min = self._alone.min(axis=1)
         self._records: tuple | None = None  # per cell its degree records (:meth:`_degrees_at`)
         self._thr_asc = np.sort(tm.heavy_thr)
         self._thr_desc = self._thr_asc[::-1]
@@ -326,21 +333,25 @@ class TargetSearch:
         τ: the records' loads fall with the degree, so that is record c, c the count of its records above τ
         (c = all of them: heavy, the last record, ``heavy_k``). Cells without sequences: the full rule."""
         if self._records is None:
-            g, tm = self.grid, self.tm
-            wm = self._alone
-            prev_min = np.minimum.accumulate(np.c_[np.full(len(wm), np.inf), wm[:, :-1]], axis=1)
-            rows, cols = np.nonzero(np.isfinite(wm) & (wm < prev_min) & (self.R[:, None] > 0))
-            starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if len(rows) else rows
+            G = len(self.tm.heavy_k)
+            if self.tm.records is not None:
+                rows, cols, wm = self.tm.records
+            else:
+                alone = alone_load(self.grid)
+                prev_min = np.minimum.accumulate(np.c_[np.full(G, np.inf), alone[:, :-1]], axis=1)
+                rows, cols = np.nonzero(np.isfinite(alone) & (alone < prev_min) & (self.R[:, None] > 0))
+                wm = alone[rows, cols]
+            starts = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]])) if len(rows) else rows
             cells = rows[starts]
-            has = np.zeros(len(wm), dtype=bool)
+            has = np.zeros(G, dtype=bool)
             has[cells] = True
-            self._records = (wm[rows, cols], cols, cells, starts, np.r_[starts[1:], len(rows)] - 1,
+            self._records = (wm, cols, cells, starts, np.concatenate([starts[1:], [len(rows)]]) - 1,
                              not bool((~has & (self.count > 0)).any()))
         loads, cols, cells, starts, last, complete = self._records
         if not complete or not len(cells):
-            ok = self._alone[None, :, :] <= tau[:, None, None]
-            return np.where(self._alone_min[None, :] > tau[:, None], self.tm.heavy_k[None, :],
-                            np.argmax(ok, axis=2))
+            alone = alone_load(self.grid)
+            ok = alone[None, :, :] <= tau[:, None, None]
+            return np.where(~ok.any(axis=2), self.tm.heavy_k[None, :], np.argmax(ok, axis=2))
         above = np.add.reduceat(loads[None, :] > tau[:, None], starts, axis=1, dtype=np.int64)
         k = np.empty((len(tau), len(self.tm.heavy_k)), dtype=np.int64)
         k[:] = self.tm.heavy_k
