@@ -126,7 +126,8 @@ def sequence_work(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
     return np.maximum(_MIN_WORK_S, iso - group_overhead(sizes, ulysses, cost_model))
 
 
-_KEY = 1 << 20  # (size, ulysses) → size · _KEY + ulysses
+_KEY_BITS = 20
+_KEY = 1 << _KEY_BITS  # (size, ulysses) → size · _KEY + ulysses
 LOWER_SAFETY = 0.98  # Pricer.lower: margin below the grid's work (a screen, never a price)
 
 
@@ -150,7 +151,9 @@ class Pricer:
         # The memo: one row per option (size, ulysses), one column per distinct length; nan: not priced yet.
         # Rows are found through a dense look-up table indexed [size, ulysses] (-1: no row yet), so a request
         # costs a few array passes whatever the number of options in it.
-        self._tab = np.full((8, len(self.uniq)), np.nan)  # [rows, distinct lengths] work (s)
+        # [rows, distinct lengths] work (s); a row's stride is a power of two (entry = row << shift | length)
+        self._shift = max(len(self.uniq) - 1, 1).bit_length()
+        self._tab = np.full((8, 1 << self._shift), np.nan)
         self._tab_ovh = np.full(8, np.nan)  # [rows] group overhead (s)
         self._row_key = np.zeros(8, dtype=np.int64)  # [rows] size · _KEY + ulysses
         self._rows = 0
@@ -276,23 +279,24 @@ class Pricer:
         if n == 0:
             return np.zeros(0)
         li = self.inv[pos]
-        U = len(self.uniq)
+        sh = self._shift
         if np.ndim(sizes) == 0 and np.ndim(ulysses) == 0:
-            flat = li + self._row_of(int(sizes), int(ulysses)) * U
+            flat = li + (self._row_of(int(sizes), int(ulysses)) << sh)
         else:
             rows = self._rows_of(np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64))
-            flat = np.broadcast_to(rows, (n,)) * U + li
+            flat = (np.broadcast_to(rows, (n,)) << sh) + li
         tab = self._tab.reshape(-1)  # a view: the memo is C-contiguous
         out = tab[flat]
         miss = np.isnan(out)
         if miss.any():
             # every (option, distinct length) not priced yet, in one cost-model call per stage
-            need = _unique(flat[miss])
-            r, j = np.divmod(need, U)
+            flat_miss = flat[miss]
+            need = _unique(flat_miss)
+            r, j = need >> sh, need & ((1 << sh) - 1)
             k = self._row_key[r]
-            iso = _price(self.uniq[j], k // _KEY, k % _KEY, self.cost_model, self.stages)
+            iso = _price(self.uniq[j], k >> _KEY_BITS, k & (_KEY - 1), self.cost_model, self.stages)
             tab[need] = np.maximum(_MIN_WORK_S, iso - self._overhead_rows(r))
-            out[miss] = tab[flat[miss]]
+            out[miss] = tab[flat_miss]
         return out
 
 
@@ -360,6 +364,9 @@ class WorkGrid:
     # charge a group above the smallest degree its extra overhead in the target (hydra_target): on when the
     # cost model prices fixed costs (CostTerms.fixed_costs), off for the first version's model (legacy plans)
     extra_overhead: bool = True
+    # [p] each stage's time as a fraction of the heaviest stage's (the loads HyDra prices), the batch's work
+    # weighted mean over the probes of the smallest degree (build_grid); None: not measured (every stage 1)
+    stage_scale: np.ndarray | None = None
 
 
 def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: JobSpec,
@@ -453,8 +460,17 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
             expo_cell[1:] = np.log(w0[1:] / w0[:-1]) / np.log(grid[1:] / grid[:-1])
     scale = (lengths / grid[cell]) ** np.nan_to_num(expo_cell, nan=1.0)[cell]
     terms = getattr(cost_model, "terms", None)
+    stage_scale = None
+    if pricer is not None and len(t) > 1:
+        # The first option's probes (the smallest degree), each stage's time over the heaviest stage's; every
+        # sequence reads the probe at or above its length and counts with its work there.
+        tp = t[:, :P]
+        ratio_s = tp / np.maximum(tp.max(axis=0), 1e-30)  # [p, P]
+        j = np.minimum(np.searchsorted(grid[probe], lengths, side="left"), P - 1)
+        wt = np.bincount(j, weights=best_w[cell, 0] * scale, minlength=P)
+        stage_scale = ratio_s @ wt / max(float(wt.sum()), 1e-30)
     return WorkGrid(grid, degrees, best_u, best_o, best_w, fits, cell, scale,
-                    extra_overhead=bool(getattr(terms, "fixed_costs", True)))
+                    extra_overhead=bool(getattr(terms, "fixed_costs", True)), stage_scale=stage_scale)
 
 
 # ---- the load of a finished plan ---------------------------------------------------------------------------
