@@ -129,7 +129,8 @@ def _merged(ms: tuple[int, ...], p: int) -> tuple[np.ndarray, np.ndarray, tuple[
     return phase, row, (grouped, np.searchsorted(col[grouped], np.arange(len(ms)))), steps
 
 
-def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACTION) -> list[np.ndarray]:
+def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACTION,
+                   stage_scale: np.ndarray | None = None) -> list[np.ndarray]:
     """:func:`makespans` of several [C_i, m_i] height matrices (columns of different microbatch counts) in
     one level sweep: the sweeps of the columns run side by side, each level one vector step for all of
     them (rows beyond a matrix's C_i are padded with zeros and dropped). The same values as one call each."""
@@ -148,6 +149,8 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
         stacked[r:r + h.shape[1], :h.shape[0]] = h.T
         r += h.shape[1]
     dur = np.where(phase == 0, phi, 1.0 - phi)[:, None] * stacked[row]  # [ops, C]
+    if stage_scale is not None:  # each stage at its share of the heights (the heaviest stage's time)
+        dur *= np.asarray(stage_scale, dtype=np.float64)[_merged_stage(ms, p)][:, None]
     n = len(phase)
     end = np.zeros((n + 1, C))  # the last row stays 0: the target of "none"
     for lo, hi, both, k in steps:
@@ -165,17 +168,32 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
     return out
 
 
-def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION) -> np.ndarray:
+@lru_cache(maxsize=64)
+def _merged_stage(ms: tuple[int, ...], p: int) -> np.ndarray:
+    """The pipeline stage of every operation of :func:`_merged` (same order): :func:`_schedule` lists the 2·m
+    operations of each stage in turn, :func:`_levels` and :func:`_merged` only renumber them."""
+    stages = []
+    for m in ms:
+        _, _, levels, _, _ = _schedule(m, p)
+        stages.append(np.concatenate(levels) // (2 * m))  # _levels' order: original index → stage
+    lv = np.concatenate([_levels(m, p)[2] for m in ms])
+    return np.concatenate(stages)[np.argsort(lv, kind="stable")]
+
+
+def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
+              stage_scale: np.ndarray | None = None) -> np.ndarray:
     """Makespan of one pipeline column for each row of ``heights`` [C, m] (one candidate order per row),
     all rows at once: the recurrence end = max(end[dependency], end[previous]) + duration runs level by
     level over the fixed dependency structure with vector arithmetic (operations renumbered so that each
     level is one contiguous block: one gather, one maximum and one addition per level)."""
-    return makespans_many([heights], p, phi)[0]
+    return makespans_many([heights], p, phi, stage_scale)[0]
 
 
-def makespan(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION) -> float:
-    """Time of one pipeline column running microbatches of ``heights`` (per stage, F + B) in this order."""
-    return float(makespans(np.asarray(heights)[None, :], p, phi)[0])
+def makespan(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
+             stage_scale: np.ndarray | None = None) -> float:
+    """Time of one pipeline column running microbatches of ``heights`` (per stage, F + B) in this order;
+    ``stage_scale`` [p]: each stage's time as a fraction of the heights (None: every stage at the heights)."""
+    return float(makespans(np.asarray(heights)[None, :], p, phi, stage_scale)[0])
 
 
 def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -291,16 +309,6 @@ def _block_sums(x: np.ndarray, W: int) -> np.ndarray:
     return np.concatenate(parts, axis=-1)
 
 
-@lru_cache(maxsize=16)
-def _children(L: int) -> list[np.ndarray]:
-    """Per tree level l < L: [2^l, 2, 2], node a's two halves in slot order, kept (flip 0) or swapped (1)."""
-    out = []
-    for lv in range(L):
-        a = np.arange(1 << lv, dtype=np.int64)
-        out.append(np.stack([np.c_[2 * a, 2 * a + 1], np.c_[2 * a + 1, 2 * a]], axis=1))
-    return out
-
-
 def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.ndarray:
     """Mirror aligned blocks so that every rank ends the iteration with a similar total load.
 
@@ -331,7 +339,7 @@ def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.nda
     head = (1 << top) - 1
     dh_head = dh[:, :head].tolist()
     dh_lv = [dh[:, (1 << lv) - 1:(2 << lv) - 1] for lv in range(L)]  # [m, 2^l] per level
-    child = _children(L)
+    halves = [np.empty(2 << lv, dtype=np.int64) for lv in range(L)]  # each level's next nodes, slot order
     total = np.zeros(W)
     carried = np.empty(2 * W - 2)  # the sums of ``total`` over every level's halves (as _block_sums)
     sums, s, o = [], W // 2, 0
@@ -362,7 +370,11 @@ def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.nda
         A = np.asarray(A, dtype=np.int64)
         for lv in range(top, L):
             f = (dh_lv[lv][k][A] * dc_lv[lv]) > 0
-            A = child[lv][A, f.view(np.int8)].reshape(-1)
+            x = A * 2
+            x += f  # the half that goes first: 2a, or 2a + 1 when node a swaps
+            A = halves[lv]
+            A[0::2] = x
+            A[1::2] = x ^ 1
         idx[k] = A
         total += loads[k][A]
     pos[np.arange(m)[:, None], idx] = np.arange(W)[None, :]
