@@ -382,24 +382,56 @@ def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.nda
 
 
 def _balance_slow(loads: np.ndarray, slow: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """:func:`balance_columns` with slow-down factors (the first version's loop)."""
+    """:func:`balance_columns` with slow-down factors: per half, the time carried (Σ load × f over its
+    columns) and the mean factor a load placed there runs at; node a at slot pair i swaps when that lowers the
+    larger of the two projected times. The same sums and comparisons as the first version's loop, with the
+    halves' loads read off the block sums (as in the loop without factors)."""
     m, W = loads.shape
+    L = W.bit_length() - 1
+    have = _block_sums(np.asarray(loads, dtype=np.float64), W)
+    h0, h1 = have[:, 0::2], have[:, 1::2]  # [m, W − 1]: each node's two halves, heap order
+    fac, s = [], W // 2
+    while s >= 1:
+        fac.append(slow.reshape(-1, 2, s).mean(axis=2))  # [2^l, 2] per level: the halves' mean factor
+        s //= 2
+    top = min(L, 4)  # levels of 1, 2, 4, 8 nodes in Python floats, the rest vectorised
+    head = (1 << top) - 1
+    fac_head = [f.tolist() for f in fac[:top]]
+    h0_head, h1_head = h0[:, :head].tolist(), h1[:, :head].tolist()
+    halves = [np.empty(2 << lv, dtype=np.int64) for lv in range(L)]
     total = np.zeros(W)
+    idx = np.empty((m, W), dtype=np.int64)
     for k in range(m):
-        idx = np.arange(W)  # idx[new position] = old rank
-        s = W // 2
-        while s >= 1:
-            blocks = idx.reshape(-1, 2, s)
-            have = loads[k][blocks].sum(axis=2)
-            # per half: time carried, and the mean factor a load placed there runs at
-            carried = (total * slow).reshape(-1, 2, s).sum(axis=2)
-            f = slow.reshape(-1, 2, s).mean(axis=2)
-            stay = np.maximum(carried[:, 0] + have[:, 0] * f[:, 0], carried[:, 1] + have[:, 1] * f[:, 1])
-            swap = np.maximum(carried[:, 0] + have[:, 1] * f[:, 0], carried[:, 1] + have[:, 0] * f[:, 1])
-            flip = swap < stay
-            blocks[flip] = blocks[flip][:, ::-1, :]
-            idx = blocks.reshape(-1)
-            s //= 2
-        pos[k, idx] = np.arange(W)
-        total += loads[k][idx]
+        carried = _block_sums(total * slow, W)  # level l's halves at 2^(l+1) − 2 ..
+        c_head = carried[:2 * head].tolist()
+        a0, a1 = h0_head[k], h1_head[k]
+        A: list[int] | np.ndarray = [0]
+        for lv in range(top):
+            off = (1 << lv) - 1
+            f = fac_head[lv]
+            nxt: list[int] = []
+            for i, a in enumerate(A):
+                c0, c1 = c_head[2 * (off + i)], c_head[2 * (off + i) + 1]
+                f0, f1 = f[i]
+                x0, x1 = a0[off + a], a1[off + a]
+                stay = max(c0 + x0 * f0, c1 + x1 * f1)
+                swap = max(c0 + x1 * f0, c1 + x0 * f1)
+                nxt += (2 * a + 1, 2 * a) if swap < stay else (2 * a, 2 * a + 1)
+            A = nxt
+        A = np.asarray(A, dtype=np.int64)
+        for lv in range(top, L):
+            off = (1 << lv) - 1
+            c = carried[2 * off:2 * off + (2 << lv)].reshape(-1, 2)
+            f = fac[lv]
+            x0, x1 = h0[k, off + A], h1[k, off + A]
+            stay = np.maximum(c[:, 0] + x0 * f[:, 0], c[:, 1] + x1 * f[:, 1])
+            swap = np.maximum(c[:, 0] + x1 * f[:, 0], c[:, 1] + x0 * f[:, 1])
+            x = A * 2
+            x += swap < stay
+            A = halves[lv]
+            A[0::2] = x
+            A[1::2] = x ^ 1
+        idx[k] = A
+        total += loads[k][A]
+    pos[np.arange(m)[:, None], idx] = np.arange(W)[None, :]
     return pos
