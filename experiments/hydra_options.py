@@ -13,8 +13,8 @@ plan the batch (a PolicyError, e.g. Ulysses alone where heads cap the degree) sh
 0 either way (it is a report, not a gate).
 
 Settings (``;``-separated, each a ``key=value:key=value`` option string of ``hydra``): by default every engine,
-both degree sets, four tolerances, the flat height profile, one and five microbatch-count candidates and a few
-fixed microbatch counts.
+each degree set (pow2, any; the default auto plans both on small pools), four tolerances, the flat height
+profile, one and five microbatch-count candidates and a few fixed microbatch counts.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import json
 import sys
 
 DEFAULT_SCENARIOS = ("default", "h100-512-32k", "h100-512-256k", "prod-2048-256k")
-DEFAULT_SETTINGS = ("cp_engine=ring", "cp_engine=ulysses", "cp_engine=hybrid", "degrees=any",
+DEFAULT_SETTINGS = ("cp_engine=ring", "cp_engine=ulysses", "cp_engine=hybrid", "degrees=pow2", "degrees=any",
                     "tolerance=0.0", "tolerance=0.1", "tolerance=0.2", "profile=False", "m_candidates=1",
                     "m_candidates=5", "num_microbatches=16", "num_microbatches=32", "num_microbatches=64")
 

@@ -17,6 +17,11 @@ One iteration's plan, in five steps:
    recurrence puts them best; aligned halves are mirrored so every rank's total load evens out
    (:mod:`policies.hydra_order`).
 
+``degrees="auto"`` (the default) runs the five steps for power-of-two degrees and, on pools of at most
+``ANY_MAX_POOL`` ranks, for every degree too, and keeps the plan whose ranks' own load columns run fastest
+through the 1F1B recurrence (``meta["columns_s"]``; each stage at its share of the heaviest stage's time,
+``WorkGrid.stage_scale``).
+
 ``rank_loads(plan, batch, cost_model)`` prices any plan with the same work model ([microbatch, rank] seconds);
 ``plan.meta`` records the target ``target_s``, ``tolerance``, ``num_microbatches`` (and the chosen count),
 the per-microbatch capacities ``microbatch_caps_s``, the budget ``max_tokens_per_rank`` and the 1F1B estimate.
@@ -24,7 +29,7 @@ the per-microbatch capacities ``microbatch_caps_s``, the budget ``max_tokens_per
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -34,7 +39,7 @@ from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile
+from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile, makespans
 from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, choose_target
 from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid, engine_options, rank_loads
@@ -45,6 +50,11 @@ if TYPE_CHECKING:
     from dcpsim.traces.batching import GlobalBatch
 
 __all__ = ["HyDra", "rank_loads"]
+
+# degrees="auto" plans degrees="any" too on pools of at most this many ranks (its grid prices every degree
+# 1..W: auto takes 2-5x the planning time of pow2 alone on the shipped scenarios, W = 16 to 88; larger pools,
+# such as the speed benchmark's W = 256, plan pow2 alone)
+ANY_MAX_POOL = 128
 
 
 def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
@@ -65,13 +75,14 @@ def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
 class HyDra:
     """Load-driven DCP: one closed-form load target, degrees from load, lazy-heap placement, hybrid engine.
 
-    Options: ``cp_engine`` ring | ulysses | hybrid | auto (per group, priced); ``degrees`` pow2 | any;
+    Options: ``cp_engine`` ring | ulysses | hybrid | auto (per group, priced); ``degrees`` pow2 | any | auto;
     ``min_cp_size``; ``tolerance`` (a rank's load may exceed τ by this fraction); ``num_microbatches``
     (None: chosen for 1F1B); ``max_seqlen_per_rank`` (None: the cost model's memory budget).
     """
 
     cp_engine: str = option("auto", choices=ENGINE_CHOICES)
-    degrees: Literal["pow2", "any"] = "pow2"
+    # auto: pow2, and on pools of ≤ ANY_MAX_POOL ranks also any; the plan with the smaller columns_s is kept
+    degrees: Literal["pow2", "any", "auto"] = "auto"
     min_cp_size: int = option(1, ge=1)
     tolerance: float = option(0.05, ge=0.0, le=10.0)  # a fraction of τ
     num_microbatches: int | None = option(None, ge=1)  # None: chosen for 1F1B
@@ -87,6 +98,30 @@ class HyDra:
         check_options(self)
 
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
+        if self.degrees == "auto":
+            # Odd degrees let long sequences take the ranks their load needs, not the next power of two
+            # (prod-2048-256k seed 2: 3.4% faster), yet lose elsewhere (default seed 1: 6% slower); the target
+            # estimate before placement misjudges which (docs/hydra.md §13), the finished plans do not: plan
+            # both and keep the better one (on pools of ≤ ANY_MAX_POOL ranks, where any's grid is cheap).
+            # The any pass also plans the pow2 plan's chosen count (its own pick of m runs low at times:
+            # h100-512-256k seed 0, 21 where 29 is 2% faster).
+            # The two are compared by ``columns_s``: the recurrence run by every rank's own loads (after
+            # pow2's mirroring, which evens the ranks' totals out and which the heights alone do not credit).
+            legacy = not getattr(getattr(cost_model, "terms", None), "fixed_costs", True)  # the first plans
+            both = job.pool <= ANY_MAX_POOL and not legacy
+            best = replace(self, degrees="pow2")._plan(batch, job, cost_model, columns=both)
+            if both:
+                alt = replace(self, degrees="any")._plan(batch, job, cost_model, columns=True,
+                                                         extra_m=(int(best.meta["chosen_microbatches"]),))
+                if alt.meta["columns_s"] < best.meta["columns_s"] * (1 - 1e-9):
+                    best = alt
+            return best
+        return self._plan(batch, job, cost_model)
+
+    def _plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel, extra_m: tuple[int, ...] = (),
+              columns: bool = False) -> Plan:
+        """One degree set's plan; ``extra_m``: microbatch counts to plan besides m, ⌈m/2⌉, …, ⌈m/k⌉;
+        ``columns``: record ``meta["columns_s"]``, the largest of the ranks' own 1F1B recurrences."""
         ids = np.asarray(batch.seq_ids, dtype=np.int64)
         lengths = np.asarray(batch.lengths, dtype=np.int64)
         _check_batch(ids, lengths)
@@ -136,13 +171,15 @@ class HyDra:
                            m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
                            light_heights=profile, fill_lower=pricer.lower,
                            fill_estimate=pricer.estimate)
-            keys, order, score = self._order(layout, tau, job.pp, 0 if profile is None else len(profile))
+            keys, order, score = self._order(layout, tau, job.pp, 0 if profile is None else len(profile),
+                                             grid.stage_scale)
             return score, (layout, keys, order, choice, int(heavy.sum()), score)
 
         def finish(draft) -> Plan:
             layout, keys, order, ch, n_heavy, sc = draft
             engines = self._engines(layout, job, pricer)
-            return self._assemble(W, layout, keys, order, engines, ids, M, ch, n_heavy, sc)
+            return self._assemble(W, job.pp, layout, keys, order, engines, ids, M, ch, n_heavy, sc,
+                                  grid.stage_scale, columns)
 
         score, draft = build(choice)
         if self.num_microbatches is None:
@@ -151,14 +188,17 @@ class HyDra:
             # 1F1B recurrence (which ranks plans as the simulator does on the shipped scenarios; docs/hydra.md §5).
             # The score needs only the placement: engines and the Plan are made for the winner alone.
             m0 = choice.m_light + choice.m_heavy
-            for d in range(2, candidates + 1):
-                m_alt = -(-m0 // d)
+            tried = {m0}
+            counts = [-(-m0 // d) for d in range(2, candidates + 1)] + [m for m in extra_m if m not in tried]
+            for m_alt in counts:
                 if m_alt < 2 * job.pp or m_alt <= choice.m_heavy:
                     continue
                 alt = choose_target(grid, tm, W, job.pp, lengths, M, m_alt,
                                     capacity=None if slow is None else float((1.0 / slow).sum()))
-                if alt.m_light + alt.m_heavy >= m0:
+                m_got = alt.m_light + alt.m_heavy
+                if m_got in tried or (m_alt not in extra_m and m_got > m0):  # extra counts may exceed m
                     continue
+                tried.add(m_got)
                 s_alt, d_alt = build(alt)
                 if s_alt < score * (1 - 1e-9):
                     score, draft = s_alt, d_alt
@@ -273,7 +313,8 @@ class HyDra:
                 out[g] = u
         return out
 
-    def _order(self, layout: Layout, tau: float, pp: int, n_profile: int) -> tuple[list[int], list[int], float]:
+    def _order(self, layout: Layout, tau: float, pp: int, n_profile: int,
+               stage_scale: np.ndarray | None = None) -> tuple[list[int], list[int], float]:
         """The microbatches' run order by the 1F1B recurrence: their keys (placement numbering), the order
         (indices into keys) and the makespan of their heights (each the tallest group's load) in that order."""
         keys = np.unique(layout.mb).tolist()
@@ -293,12 +334,19 @@ class HyDra:
         np.maximum.at(height, slot_of[layout.mb], layout.load)
         is_heavy = np.asarray(keys) < layout.heavy_mbs
         order, score = best_order(height, is_heavy, pp, ends) if keys else ([], 0.0)
+        if stage_scale is not None and keys:
+            # the score, each stage at its share of the heaviest stage's time (the LM head makes the last stage
+            # up to ~30% heavier: the others absorb part of the fill, drain and stalls); the order stays the
+            # one the unscaled recurrence picked
+            score = float(makespans(height[order][None, :], pp, stage_scale=stage_scale)[0])
         return keys, order, score
 
-    def _assemble(self, W: int, layout: Layout, keys: list[int], order: list[int], engines: np.ndarray,
-                  ids: np.ndarray, M: int, choice, n_heavy: int, score: float) -> Plan:
+    def _assemble(self, W: int, pp: int, layout: Layout, keys: list[int], order: list[int], engines: np.ndarray,
+                  ids: np.ndarray, M: int, choice, n_heavy: int, score: float,
+                  stage_scale: np.ndarray | None = None, columns: bool = False) -> Plan:
         """Balance the columns (aligned mirroring) of the microbatches in run order, build the Plan; ``score``:
-        the recurrence's makespan of its heights (:meth:`_order`)."""
+        the recurrence's makespan of its heights (:meth:`_order`); ``columns``: also the largest of every
+        rank's own column through the recurrence after the mirroring (``meta["columns_s"]``)."""
         run_of = np.zeros(len(layout.caps), dtype=np.int64)  # microbatch key → position in the run order
         run_of[np.asarray(keys, dtype=np.int64)[order]] = np.arange(len(keys))
         rows = run_of[layout.mb]
@@ -327,10 +375,17 @@ class HyDra:
                 engine = engine_of[c, u] = engine_from_ulysses(c, u)
             mbs[r].append(CPGroup(tuple(range(first, first + c)), tuple(id_list[starts_at[g]:ends_at[g]]), engine))
         caps = [layout.caps[keys[i]] for i in order]
+        col_meta: dict[str, float] = {}
+        if columns:  # every rank's own loads at its new position, each rank's column through the recurrence
+            mirrored = np.zeros_like(loads)
+            np.put_along_axis(mirrored, pos, loads, axis=1)
+            col_meta["columns_s"] = (float(makespans(mirrored.T, pp, stage_scale=stage_scale).max())
+                                     if len(keys) else 0.0)
         return make_plan(
             self.name, W, mbs,
             target_s=choice.tau, tolerance=self.tolerance, num_microbatches=len(keys),
             chosen_microbatches=choice.m_light + choice.m_heavy, heavy_sequences=n_heavy,
             heavy_microbatches=layout.heavy_mbs, microbatch_caps_s=caps, max_tokens_per_rank=M,
             estimate_s=choice.estimate_s, recurrence_s=score, degrees=self.degrees,
-            cp_engine=self.cp_engine)
+            stage_scale=None if stage_scale is None else [float(x) for x in stage_scale],
+            cp_engine=self.cp_engine, **col_meta)

@@ -44,7 +44,7 @@ def degrees_of(plan) -> dict[int, int]:
 def test_registered_with_its_options() -> None:
     assert "hydra" in available_policies()
     opts = policy_options("hydra")
-    assert opts == {"cp_engine": "auto", "degrees": "pow2", "min_cp_size": 1, "tolerance": 0.05,
+    assert opts == {"cp_engine": "auto", "degrees": "auto", "min_cp_size": 1, "tolerance": 0.05,
                     "num_microbatches": None, "max_seqlen_per_rank": None, "profile": None,
                     "m_candidates": None}
     assert isinstance(create_policy("hydra", cp_engine="ring"), HyDra)
@@ -316,7 +316,7 @@ def test_non_power_of_two_pools(pool: int) -> None:
     L = np.minimum(pool * budget, np.maximum(1, rng.lognormal(8.0, 1.7, 300))).astype(np.int64)
     L[0] = pool * budget  # needs the whole pool
     batch = batch_of(L)
-    plan = create_policy("hydra").plan(batch, job, cm)
+    plan = create_policy("hydra", degrees="pow2").plan(batch, job, cm)
     check(plan, batch, job, budget)
     deg = degrees_of(plan)
     assert deg[10] == pool

@@ -8,8 +8,9 @@ import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import create_policy, validate_plan
-from dcpsim.policies.hydra import rank_loads
-from dcpsim.policies.hydra_order import best_order, height_profile, makespan, ramped
+from dcpsim.policies.hydra import ANY_MAX_POOL, HyDra, rank_loads
+from dcpsim.policies.hydra_order import best_order, height_profile, makespan, makespans, ramped
+from dcpsim.policies.pipeline_order import stage_order
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
 
@@ -82,10 +83,86 @@ def test_m_candidates_keeps_the_plan_with_the_best_recurrence() -> None:
     one = create_policy("hydra", m_candidates=1).plan(batch, job, cm)
     three = create_policy("hydra").plan(batch, job, cm)
     assert three.meta["recurrence_s"] <= one.meta["recurrence_s"] * (1 + 1e-12)
-    # the recorded score is the recurrence over the plan's own heights
+    # the recorded score is the recurrence over the plan's own heights, each stage at its recorded share of
+    # the heaviest stage's time (the last stage carries the LM head: the others run lighter)
     h = rank_loads(three, batch, cm).max(axis=1)
-    assert three.meta["recurrence_s"] == pytest.approx(makespan(h, job.pp), rel=1e-6)
+    scale = three.meta["stage_scale"]
+    assert len(scale) == job.pp and max(scale) == pytest.approx(1.0) and min(scale) < 1.0
+    assert three.meta["recurrence_s"] == pytest.approx(makespan(h, job.pp, stage_scale=scale), rel=1e-6)
+    assert three.meta["recurrence_s"] < makespan(h, job.pp)
     # a fixed microbatch count is not second-guessed: the same plan with one candidate or three
     a = create_policy("hydra", num_microbatches=12).plan(batch, job, cm)
     b = create_policy("hydra", num_microbatches=12, m_candidates=1).plan(batch, job, cm)
     assert a.microbatches == b.microbatches
+
+
+def test_makespan_with_lighter_stages_by_hand() -> None:
+    # One microbatch of height 1 on p = 2 stages, φ = 0.3: F on stage 0, F on stage 1, B on stage 1, B on
+    # stage 0 in series. Every stage at the height: 0.3 + 0.3 + 0.7 + 0.7 = 2. Stage 0 at half the height
+    # (the last stage carries the LM head): 0.15 + 0.3 + 0.7 + 0.35 = 1.5.
+    assert makespan(np.ones(1), 2) == pytest.approx(2.0)
+    assert makespan(np.ones(1), 2, stage_scale=np.array([0.5, 1.0])) == pytest.approx(1.5)
+    # m = 6 flat on p = 2, φ = 0.5: (m + p − 1)·h = 7 uniform; stage 0 at 0.5 never stalls stage 1, which
+    # runs 6 microbatches back to back after stage 0's first forward (0.25) and before its last backward
+    # (0.25): 6.5
+    assert makespan(np.ones(6), 2, phi=0.5, stage_scale=np.array([0.5, 1.0])) == pytest.approx(6.5)
+
+
+def _reference_makespan(h: np.ndarray, scale: np.ndarray, phi: float = 0.3) -> float:
+    """1F1B by direct simulation: each stage runs its pipeline_order list; an operation starts when its stage
+    is free and its dependency (the previous stage's forward, the next stage's backward, or the last stage's
+    own forward) has ended; durations φ·h·scale_s and (1 − φ)·h·scale_s."""
+    p, m = len(scale), len(h)
+    orders = [list(zip(*(a.tolist() for a in stage_order(s, p, m)))) for s in range(p)]
+    end_f, end_b = np.full((p, m), np.nan), np.full((p, m), np.nan)
+    ptr, free = [0] * p, [0.0] * p
+    while any(ptr[s] < 2 * m for s in range(p)):
+        for s in range(p):
+            while ptr[s] < 2 * m:
+                ph, k = orders[s][ptr[s]]
+                dep = (0.0 if s == 0 else end_f[s - 1, k]) if ph == 0 else \
+                    (end_f[s, k] if s == p - 1 else end_b[s + 1, k])
+                if np.isnan(dep):
+                    break
+                free[s] = max(dep, free[s]) + (phi if ph == 0 else 1 - phi) * h[k] * scale[s]
+                (end_f if ph == 0 else end_b)[s, k] = free[s]
+                ptr[s] += 1
+    return max(free)
+
+
+def test_makespan_with_stage_scale_equals_a_direct_simulation() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        p, m = int(rng.integers(1, 7)), int(rng.integers(1, 20))
+        h, scale = rng.random(m) + 0.05, rng.random(p) + 0.2
+        assert makespan(h, p, stage_scale=scale) == pytest.approx(_reference_makespan(h, scale), rel=1e-12)
+    # several columns of different lengths in one sweep, scaled, equal one call each
+    hs = [rng.random((3, m)) for m in (4, 9, 2)]
+    scale = np.array([0.8, 0.9, 1.0])
+    many = [makespans(h, 3, stage_scale=scale) for h in hs]
+    for h, got in zip(hs, many):
+        assert got == pytest.approx([_reference_makespan(r, scale) for r in h], rel=1e-12)
+
+
+def test_degrees_auto_keeps_the_better_of_pow2_and_any_by_the_recurrence() -> None:
+    job, cm, batch = _case(pool=32, pp=8, n=900, seed=5)
+    auto = create_policy("hydra").plan(batch, job, cm)
+    pow2 = create_policy("hydra", degrees="pow2").plan(batch, job, cm)
+    # the any pass also plans the pow2 plan's chosen microbatch count
+    anyp = HyDra(degrees="any")._plan(batch, job, cm, extra_m=(pow2.meta["chosen_microbatches"],),
+                                      columns=True)
+    pow2c = HyDra(degrees="pow2")._plan(batch, job, cm, columns=True)
+    assert pow2c.microbatches == pow2.microbatches
+    better = anyp if anyp.meta["columns_s"] < pow2c.meta["columns_s"] * (1 - 1e-9) else pow2c
+    assert auto.meta["degrees"] == better.meta["degrees"] and auto.microbatches == better.microbatches
+    # columns_s: every rank's own loads (the plan's, after the mirroring) through the recurrence, the largest
+    for p in (pow2c, anyp):
+        cols = makespans(rank_loads(p, batch, cm).T, job.pp, stage_scale=p.meta["stage_scale"]).max()
+        assert p.meta["columns_s"] == pytest.approx(cols, rel=1e-6)
+        # the heights are the columns' maxima: no column runs slower than they do
+        assert p.meta["columns_s"] <= p.meta["recurrence_s"] * (1 + 1e-9)
+    # above ANY_MAX_POOL ranks auto is pow2 alone
+    big, bcm, bbatch = _case(pool=2 * ANY_MAX_POOL, pp=2, n=600, seed=1)
+    a = create_policy("hydra").plan(bbatch, big, bcm)
+    assert a.meta["degrees"] == "pow2"
+    assert a.microbatches == create_policy("hydra", degrees="pow2").plan(bbatch, big, bcm).microbatches
