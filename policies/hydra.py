@@ -42,7 +42,8 @@ from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile, makespans
 from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, choose_target
-from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid, engine_options, rank_loads
+from dcpsim.policies.hydra_work import (Pricer, allowed_degrees, build_grid, engine_options, rank_loads,
+                                        sorted_unique)
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 
@@ -55,6 +56,7 @@ __all__ = ["HyDra", "rank_loads"]
 # 1..W: auto takes 2-5x the planning time of pow2 alone on the shipped scenarios, W = 16 to 88; larger pools,
 # such as the speed benchmark's W = 256, plan pow2 alone)
 ANY_MAX_POOL = 128
+_PAIR = 1 << 20  # (size, ulysses) → size · _PAIR + ulysses
 
 
 def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
@@ -66,7 +68,8 @@ def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
     if bad.size:
         i = int(bad[0])
         raise PolicyError(f"sequence id {int(ids[i])} has length {int(lengths[i])}; lengths must be ≥ 1 token")
-    if len(np.unique(ids)) != len(ids):
+    srt = np.sort(ids)
+    if (srt[1:] == srt[:-1]).any():
         raise PolicyError("batch.seq_ids repeat an id; ids must be unique")
 
 
@@ -251,7 +254,7 @@ class HyDra:
         their groups, keep their own best. Returns engines, exact shares and group overheads by (c, u)."""
         u_seq = u_seq.copy()
         pos, opt = [], []
-        for c in np.unique(sizes[~heavy]).tolist():
+        for c in sorted_unique(sizes[~heavy]).tolist():
             members = np.flatnonzero((sizes == c) & ~heavy)
             for u in engine_options(c, self.cp_engine, job):
                 pos.append(members)
@@ -273,9 +276,9 @@ class HyDra:
             for c, (_, u, _) in best.items():
                 u_seq[(sizes == c) & ~heavy] = u
         shares = pricer.work(np.arange(len(lengths)), sizes, u_seq)
-        pairs = np.unique(np.c_[sizes, u_seq], axis=0)
-        o = pricer.overhead(pairs[:, 0], pairs[:, 1])
-        ovh = {(int(c), int(u)): float(x) for (c, u), x in zip(pairs, o)}
+        pairs = sorted_unique(sizes * _PAIR + u_seq)
+        o = pricer.overhead(pairs // _PAIR, pairs % _PAIR)
+        ovh = {(int(k) // _PAIR, int(k) % _PAIR): float(x) for k, x in zip(pairs.tolist(), o.tolist())}
         return u_seq, shares, ovh
 
     # ---- step 5: engines, order, plan -------------------------------------------------------------------
@@ -284,7 +287,7 @@ class HyDra:
         The planning engine is among the options, so a group's load never rises above what placement saw."""
         out = layout.u.copy()
         G = len(out)
-        opts_of = {c: engine_options(c, self.cp_engine, job) for c in np.unique(layout.size).tolist()}
+        opts_of = {c: engine_options(c, self.cp_engine, job) for c in sorted_unique(layout.size).tolist()}
         multi = {c: o for c, o in opts_of.items() if len(o) > 1}
         if not multi or not G:
             return out
@@ -305,19 +308,22 @@ class HyDra:
         rows = np.repeat(first_row[sg], k) + (np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k))
         work = pricer.work(np.repeat(seq, k), layout.size[og[rows]], ou[rows])
         load = np.bincount(rows, weights=work, minlength=len(og)) + pricer.overhead(layout.size[og], ou)
-        best: dict[int, float] = {}
-        for g, u, ld in zip(og.tolist(), ou.tolist(), load.tolist()):
-            cur = best.get(g)
-            if cur is None or ld < cur * (1 - 1e-12) or (u == layout.u[g] and ld <= cur):
-                best[g] = ld
-                out[g] = u
+        # per group the least load; the planning engine where it is within 1e-12 of it (ties), else the first
+        # option (in engine_options' order) that attains the least
+        least = np.full(G, np.inf)
+        np.minimum.at(least, og, load)
+        near = load <= least[og] * (1 + 1e-12)
+        pick = np.where(near & (ou == layout.u[og]), 0, np.where(near, 1, 2))  # 0: planning u, 1: a least, 2: no
+        key = np.lexsort((np.arange(len(og)), pick, og))  # per group its best row first
+        first = key[np.r_[True, og[key][1:] != og[key][:-1]]]
+        out[og[first]] = ou[first]
         return out
 
     def _order(self, layout: Layout, tau: float, pp: int, n_profile: int,
                stage_scale: np.ndarray | None = None) -> tuple[list[int], list[int], float]:
         """The microbatches' run order by the 1F1B recurrence: their keys (placement numbering), the order
         (indices into keys) and the makespan of their heights (each the tallest group's load) in that order."""
-        keys = np.unique(layout.mb).tolist()
+        keys = sorted_unique(layout.mb).tolist()
         # a height profile's ramps (its first and last light microbatches below τ) stay at the two ends: the
         # microbatches placement opened beyond the profile go before the ramp down, the heavy block between
         first_light = layout.heavy_mbs

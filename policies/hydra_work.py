@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 _MIN_WORK_S = 1e-12  # a priced share is never zero: every sequence costs something
 
 
-def _unique(a: np.ndarray) -> np.ndarray:
+def sorted_unique(a: np.ndarray) -> np.ndarray:
     """``np.unique(a)`` by a sort (numpy ≥ 2.3 hashes integers without return_inverse: ~15× slower at a few
     thousand); the same sorted values."""
     a = np.sort(a, axis=None)
@@ -199,7 +199,7 @@ class Pricer:
             rows = lut[sizes, ulysses]
             if int(rows.min()) >= 0:
                 return rows
-        keys = _unique(sizes * _KEY + ulysses)
+        keys = sorted_unique(sizes * _KEY + ulysses)
         c, u = keys // _KEY, keys % _KEY
         known = (c < lut.shape[0]) & (u < lut.shape[1])
         known[known] = lut[c[known], u[known]] >= 0
@@ -244,7 +244,7 @@ class Pricer:
         """Price the work from now on only at the stages that are the heaviest in some column of
         ``stage_times`` ([p, probes], every stage)."""
         if self.may_narrow and len(stage_times) > 1 and stage_times.shape[1]:
-            self.stages = tuple(int(s) for s in _unique(np.argmax(stage_times, axis=0)))
+            self.stages = tuple(int(s) for s in sorted_unique(np.argmax(stage_times, axis=0)))
 
     def set_overheads(self, keys: np.ndarray, overheads: np.ndarray) -> None:
         """Known overheads (keys size · 2^20 + ulysses), priced as :func:`group_overhead` prices them."""
@@ -258,7 +258,7 @@ class Pricer:
         o = self._tab_ovh[rows]
         miss = np.isnan(o)
         if miss.any():
-            need = _unique(rows[miss])
+            need = sorted_unique(rows[miss])
             k = self._row_key[need]
             self._tab_ovh[need] = group_overhead(k // _KEY, k % _KEY, self.cost_model)
             o = self._tab_ovh[rows]
@@ -291,7 +291,7 @@ class Pricer:
         if miss.any():
             # every (option, distinct length) not priced yet, in one cost-model call per stage
             flat_miss = flat[miss]
-            need = _unique(flat_miss)
+            need = sorted_unique(flat_miss)
             r, j = need >> sh, need & ((1 << sh) - 1)
             k = self._row_key[r]
             iso = _price(self.uniq[j], k >> _KEY_BITS, k & (_KEY - 1), self.cost_model, self.stages)
@@ -378,7 +378,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
     last), the pricer narrowed to the stages that are the heaviest there, and the grid priced at those."""
     lo, hi = int(lengths.min()), int(lengths.max())
     npts = int(min(max_points, max(2, np.ceil(np.log(hi / lo) / np.log(ratio)) + 1))) if hi > lo else 1
-    grid = _unique(np.r_[np.round(np.geomspace(lo, hi, npts)).astype(np.int64), lo, hi])
+    grid = sorted_unique(np.r_[np.round(np.geomspace(lo, hi, npts)).astype(np.int64), lo, hi])
     G, K = len(grid), len(degrees)
     opt_k, opt_u = [], []
     for k, c in enumerate(degrees.tolist()):
