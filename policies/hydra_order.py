@@ -357,24 +357,24 @@ def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.nda
         np.subtract(carried[0::2], carried[1::2], out=dc)  # per slot pair, heap order
         dc_head = dc[:head].tolist()
         hk = dh_head[k]
-        A = [0]
+        nodes = [0]
         for lv in range(top):
             off = (1 << lv) - 1
             nxt: list[int] = []
-            for i, a in enumerate(A):
+            for i, a in enumerate(nodes):
                 if hk[off + a] * dc_head[off + i] > 0:
                     nxt += (2 * a + 1, 2 * a)
                 else:
                     nxt += (2 * a, 2 * a + 1)
-            A = nxt
-        A = np.asarray(A, dtype=np.int64)
+            nodes = nxt
+        A = np.asarray(nodes, dtype=np.int64)
         for lv in range(top, L):
             f = (dh_lv[lv][k][A] * dc_lv[lv]) > 0
-            x = A * 2
-            x += f  # the half that goes first: 2a, or 2a + 1 when node a swaps
+            first = A * 2
+            first += f  # the half that goes first: 2a, or 2a + 1 when node a swaps
             A = halves[lv]
-            A[0::2] = x
-            A[1::2] = x ^ 1
+            A[0::2] = first
+            A[1::2] = first ^ 1
         idx[k] = A
         total += loads[k][A]
     pos[np.arange(m)[:, None], idx] = np.arange(W)[None, :]
@@ -405,20 +405,20 @@ def _balance_slow(loads: np.ndarray, slow: np.ndarray, pos: np.ndarray) -> np.nd
         carried = _block_sums(total * slow, W)  # level l's halves at 2^(l+1) − 2 ..
         c_head = carried[:2 * head].tolist()
         a0, a1 = h0_head[k], h1_head[k]
-        A: list[int] | np.ndarray = [0]
+        nodes = [0]
         for lv in range(top):
             off = (1 << lv) - 1
             f = fac_head[lv]
             nxt: list[int] = []
-            for i, a in enumerate(A):
+            for i, a in enumerate(nodes):
                 c0, c1 = c_head[2 * (off + i)], c_head[2 * (off + i) + 1]
                 f0, f1 = f[i]
                 x0, x1 = a0[off + a], a1[off + a]
                 stay = max(c0 + x0 * f0, c1 + x1 * f1)
                 swap = max(c0 + x1 * f0, c1 + x0 * f1)
                 nxt += (2 * a + 1, 2 * a) if swap < stay else (2 * a, 2 * a + 1)
-            A = nxt
-        A = np.asarray(A, dtype=np.int64)
+            nodes = nxt
+        A = np.asarray(nodes, dtype=np.int64)
         for lv in range(top, L):
             off = (1 << lv) - 1
             c = carried[2 * off:2 * off + (2 << lv)].reshape(-1, 2)
@@ -426,11 +426,11 @@ def _balance_slow(loads: np.ndarray, slow: np.ndarray, pos: np.ndarray) -> np.nd
             x0, x1 = h0[k, off + A], h1[k, off + A]
             stay = np.maximum(c[:, 0] + x0 * f[:, 0], c[:, 1] + x1 * f[:, 1])
             swap = np.maximum(c[:, 0] + x1 * f[:, 0], c[:, 1] + x0 * f[:, 1])
-            x = A * 2
-            x += swap < stay
+            first = A * 2
+            first += swap < stay
             A = halves[lv]
-            A[0::2] = x
-            A[1::2] = x ^ 1
+            A[0::2] = first
+            A[1::2] = first ^ 1
         idx[k] = A
         total += loads[k][A]
     pos[np.arange(m)[:, None], idx] = np.arange(W)[None, :]
