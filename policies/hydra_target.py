@@ -200,7 +200,7 @@ class TargetChoice:
 
 
 @dataclass(frozen=True)
-class _Batch:
+class _Resolved:
     """:meth:`TargetSearch.at` of several light counts at once, as arrays (one entry per count)."""
 
     m: np.ndarray
@@ -375,7 +375,7 @@ class TargetSearch:
         groups = np.maximum(half, np.ceil(load / tau[:, None] - 1e-9))
         return (g.degrees[None, :] * groups).sum(axis=1)
 
-    def many(self, ms: np.ndarray) -> _Batch:
+    def many(self, ms: np.ndarray) -> _Resolved:
         """:meth:`at` of every count in ``ms`` (ascending or not), as arrays."""
         tm = self.tm
         ms = np.asarray(ms, dtype=np.int64)
@@ -409,9 +409,9 @@ class TargetSearch:
         m_eff = np.where(none, 0, np.where(need > ms, need, ms))
         level = np.where(none, 0.0, tau)
         est = m_eff * level + hsum + (self.pp - 1) * np.maximum(level, hmax)
-        return _Batch(ms, tau, level, m_eff, hj, light_tokens, est)
+        return _Resolved(ms, tau, level, m_eff, hj, light_tokens, est)
 
-    def choice(self, b: _Batch, i: int) -> TargetChoice:
+    def choice(self, b: _Resolved, i: int) -> TargetChoice:
         """Entry ``i`` of a batch as a :class:`TargetChoice` (what :meth:`at` returns)."""
         m = int(b.m[i])
         hit = self._solved.get(m)
@@ -469,12 +469,12 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
         return ts.at(1)
     m_all = max(1, int(np.ceil(lengths.sum() / ts.token_cap)))
     hi = min(512, span * m_all + 2 * pp)
-    batches: list[_Batch] = []
+    resolved: list[_Resolved] = []
     est: list[float] = []
     lo, size, low = 1, 16, np.inf
     while lo <= hi:
         b = ts.many(np.arange(lo, min(hi, lo + size - 1) + 1))
-        batches.append(b)
+        resolved.append(b)
         stop = False
         for e in b.estimate.tolist():
             est.append(e)
@@ -487,7 +487,7 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
         lo, size = lo + size, size if lo == 1 else 2 * size
     if not est:
         return ts.at(hi)
-    at = [(b, i) for b in batches for i in range(len(b.m))][:len(est)]
+    at = [(b, i) for b in resolved for i in range(len(b.m))][:len(est)]
     heavy_count = [len(ts._heights[int(b.heavy[i])]) for b, i in at]
     # With heavy microbatches, Σh + (p−1)·max h over-counts what a good order hides: score the close
     # candidates with the 1F1B recurrence at their best heavy position instead (one recurrence sweep).

@@ -55,10 +55,10 @@ def test_target_search_matches_the_first_version(n: int, w: int, pp: int, seed: 
         new = hydra_target.TargetSearch(grid, tm, w, pp, lengths, budget, capacity)
         ref = first.TargetSearch(grid, tm, w, pp, lengths, budget, capacity)
         counts = np.arange(1, 161)
-        batch = new.many(counts[::-1])  # out of order: every count resolved on its own
+        res = new.many(counts[::-1])  # out of order: every count resolved on its own
         for i, m in enumerate(counts[::-1].tolist()):
             want = ref.at(m)
-            assert same(new.choice(batch, i), want), (m, capacity)
+            assert same(new.choice(res, i), want), (m, capacity)
             assert same(hydra_target.TargetSearch(grid, tm, w, pp, lengths, budget, capacity).at(m), want)
             heavy_seen += want.m_heavy > 0
         for span in (1, 8):
