@@ -7,7 +7,7 @@ One iteration's plan, in five steps:
    group's fixed overhead split off.
 2. **Target and m.** From the grid, the closed-form fixed point τ(m) = F(τ)/(W·m) + ō for every candidate
    microbatch count, sequences too heavy to balance set apart; keep the m whose 1F1B estimate
-   Σh + (p−1)·max h is smallest (:mod:`policies.hydra_target`).
+   Σh + (p−1)·max h is smallest (:mod:`policies.hydra_target`, :mod:`policies.hydra_msearch`).
 3. **Degrees.** Each sequence gets the smallest allowed degree ≥ its memory minimum whose load alone meets τ
    (exactly re-priced), so long sequences get more ranks than memory asks for.
 4. **Placement.** Lazy heaps of bins: long sequences shape the groups, the rest fill them largest-first into
@@ -30,7 +30,6 @@ the per-microbatch capacities ``microbatch_caps_s``, the budget ``max_tokens_per
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from itertools import chain
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
@@ -41,7 +40,8 @@ from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile, makespans
 from dcpsim.policies.hydra_placement import Layout, place
-from dcpsim.policies.hydra_target import build_target_model, cell_degrees, choose_target
+from dcpsim.policies.hydra_msearch import choose_target
+from dcpsim.policies.hydra_target import build_target_model, cell_degrees
 from dcpsim.policies.hydra_work import (Pricer, allowed_degrees, build_grid, engine_options, rank_loads,
                                         sorted_unique)
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
@@ -359,9 +359,9 @@ class HyDra:
         size = layout.size
         offsets = np.cumsum(size) - size
         idx = np.repeat(rows * W + layout.first - offsets, size) + np.arange(int(size.sum()))  # every member slot
-        loads = np.zeros(len(keys) * W)
-        loads[idx] = np.repeat(layout.load, size)
-        loads = loads.reshape(len(keys), W)
+        flat = np.zeros(len(keys) * W)
+        flat[idx] = np.repeat(layout.load, size)
+        loads = flat.reshape(len(keys), W)
         pos = balance_columns(loads, layout.slow) if self.degrees == "pow2" else np.tile(np.arange(W), (len(keys), 1))
         # each group's first rank after the mirroring: the least of its block's new positions, one reduceat
         firsts = np.minimum.reduceat(pos.reshape(-1)[idx], offsets) if len(size) else np.zeros(0, dtype=np.int64)

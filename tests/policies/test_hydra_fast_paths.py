@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.policies import hydra_order, hydra_target
+from dcpsim.policies import hydra_msearch, hydra_order, hydra_target
 from dcpsim.policies.hydra_target import build_target_model, pack_heavy
 from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid
 from dcpsim.traces import get_preset
@@ -52,23 +52,23 @@ def test_target_search_matches_the_first_version(n: int, w: int, pp: int, seed: 
     grid, tm, lengths, budget = _target_case(n, w, pp, seed, terms)
     heavy_seen = 0
     for capacity in (None, 0.83 * w):
-        new = hydra_target.TargetSearch(grid, tm, w, pp, lengths, budget, capacity)
+        new = hydra_msearch.TargetSearch(grid, tm, w, pp, lengths, budget, capacity)
         ref = first.TargetSearch(grid, tm, w, pp, lengths, budget, capacity)
         counts = np.arange(1, 161)
         res = new.many(counts[::-1])  # out of order: every count resolved on its own
         for i, m in enumerate(counts[::-1].tolist()):
             want = ref.at(m)
             assert same(new.choice(res, i), want), (m, capacity)
-            assert same(hydra_target.TargetSearch(grid, tm, w, pp, lengths, budget, capacity).at(m), want)
+            assert same(hydra_msearch.TargetSearch(grid, tm, w, pp, lengths, budget, capacity).at(m), want)
             heavy_seen += want.m_heavy > 0
         for span in (1, 8):
             for ramp in (False, True):
-                assert same(hydra_target.choose_target(grid, tm, w, pp, lengths, budget, span=span,
+                assert same(hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget, span=span,
                                                        capacity=capacity, ramp=ramp),
                             first.choose_target(grid, tm, w, pp, lengths, budget, span=span,
                                                 capacity=capacity, ramp=ramp))
         for fixed in (1, 3, 9, 40):
-            assert same(hydra_target.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity),
+            assert same(hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity),
                         first.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity))
     if (n, w) == (256, 16):
         assert heavy_seen > 0  # the heavy-set path is exercised
@@ -78,14 +78,14 @@ def test_heavy_heights_are_pack_heavys() -> None:
     """The heights-only first fit equals pack_heavy's heights, and a hand-packed case: loads [3, 2, 1] of
     8 ranks and 5 of 16 on 16 ranks: the 16 opens microbatch 0 (height 5), the 8s fill microbatch 1 two at a
     time (3 and 2, height 3) and open microbatch 2 (height 1)."""
-    assert same(hydra_target._pack_heights(np.array([3.0, 2.0, 1.0, 5.0]), np.array([8, 8, 8, 16]), 16),
+    assert same(hydra_target.pack_heights(np.array([3.0, 2.0, 1.0, 5.0]), np.array([8, 8, 8, 16]), 16),
                 np.array([5.0, 3.0, 1.0]))
     rng = np.random.default_rng(7)
     for _ in range(300):
         pool = int(rng.choice([8, 16, 18, 64]))
         sizes = rng.choice([c for c in (1, 2, 3, 4, 8, 16, 64) if c <= pool], size=int(rng.integers(1, 30)))
         loads = np.round(rng.random(len(sizes)), 1)  # ties
-        assert same(hydra_target._pack_heights(loads, sizes, pool), pack_heavy(loads, sizes, pool)[1])
+        assert same(hydra_target.pack_heights(loads, sizes, pool), pack_heavy(loads, sizes, pool)[1])
 
 
 @pytest.mark.parametrize("p", [1, 2, 4, 8])

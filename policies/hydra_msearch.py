@@ -1,0 +1,356 @@
+"""HyDra's choice of the microbatch count m: τ(m) for every candidate count, the 1F1B estimate, the pick.
+
+The target τ(m) itself, the degree rule and the heavy packing are in :mod:`policies.hydra_target`.
+
+Structure and memory
+--------------------
+Groups take whole ranks (a sequence above τ/2 needs a group to itself) and a microbatch holds at most η·W·M
+tokens. When either needs more light microbatches than m_L, the candidate keeps its degrees and is counted with
+the microbatches it needs, at height τ.
+
+Choosing m
+----------
+Non-interleaved 1F1B over microbatches of heights h_k takes about Σ_k h_k + (p − 1)·max_k h_k per stage
+(uniform heights: (m + p − 1)·τ, the bubble (p−1)/(m+p−1)). HyDra evaluates this estimate for light counts
+from 1 to several times the memory minimum ⌈Σ L / (η · W · M)⌉, each with its own fixed-point τ, and keeps the
+smallest; candidates with heavy microbatches that come close are re-scored with the 1F1B recurrence at their
+best heavy position (:mod:`policies.hydra_order`). Larger m shrinks the bubble; it also shrinks τ, which raises
+degrees (more communication) and adds slot overheads, both of which F and ō carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dcpsim.policies.hydra_order import best_makespans, ramped
+from dcpsim.policies.hydra_target import TargetModel, alone_load, pack_heights
+from dcpsim.policies.hydra_work import WorkGrid
+
+TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
+REFINE_WITHIN = 1.10  # candidates within this factor of the best Σh + (p−1)·max h get the recurrence
+REFINE_MAX = 16  # ... at most this many (the closest)
+STOP_ABOVE = 1.25  # the m search stops once the estimate exceeds the best so far by this factor
+
+
+@dataclass(frozen=True)
+class TargetChoice:
+    tau: float  # load target of the light microbatches (s): the degree rule and the capacities
+    level: float  # expected load of a light slot (≤ τ; < τ when the groups need more microbatches)
+    m_light: int
+    m_heavy: int
+    heavy_heights: np.ndarray  # [m_heavy]
+    light_tokens: float  # tokens of the sequences that are not heavy
+    estimate_s: float  # Σ h + (p − 1) · max h, per stage
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """:meth:`TargetSearch.at` of several light counts at once, as arrays (one entry per count)."""
+
+    m: np.ndarray
+    tau: np.ndarray
+    level: np.ndarray
+    m_eff: np.ndarray
+    heavy: np.ndarray  # heavy set of each count: how many cells (the set is the cells of the highest thresholds)
+    light_tokens: np.ndarray
+    estimate: np.ndarray
+
+
+class TargetSearch:
+    """τ(m) for any light microbatch count m, with the heavy set resolved (module docstring). Heavy packings
+    are cached by heavy set: the set changes only a few times over the range of m.
+
+    Many counts are resolved at once (:meth:`many`): τ(m) for a vector of m is one [m, E] pass over the step
+    function, the heavy set at τ is the cells whose threshold exceeds τ (a count: the cells sorted by
+    threshold), and the degrees and groups of every count one [m, G, K] pass; each count's numbers are
+    those :meth:`at` gives it alone."""
+
+    def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray,
+                 budget: float, capacity: float | None = None) -> None:
+        self.grid, self.tm, self.W, self.pp = grid, tm, pool, pp
+        self.W_eff = float(pool) if capacity is None else capacity  # ranks the load spreads over (speed-weighted)
+        self.token_cap = TOKEN_SLACK * pool * budget  # tokens one microbatch should hold at most
+        self.lengths = lengths
+        if tm.cell_count is not None and tm.cell_weight is not None:
+            self.count, self.R = tm.cell_count, tm.cell_weight
+        else:
+            self.count = np.bincount(grid.cell, minlength=len(grid.lengths)).astype(np.float64)
+            self.R = np.bincount(grid.cell, weights=grid.scale, minlength=len(grid.lengths))
+        self._heavy_cache: dict[bytes, tuple[np.ndarray, float, float, int]] = {}
+        self._solved: dict[int, TargetChoice] = {}
+        self._upper = np.concatenate([tm.thresholds, [np.inf]])
+        self._lower = np.concatenate([[0.0], tm.thresholds])
+        self._floor = max(tm.slot_overhead, 1e-12)
+        self._records: tuple | None = None  # per cell its degree records (:meth:`_degrees_at`)
+        self._thr_asc = np.sort(tm.heavy_thr)
+        self._thr_desc = self._thr_asc[::-1]
+        self._tokens = float(lengths.sum())
+        self._per_seq: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._cum: tuple[np.ndarray, ...] | None = None  # running totals over the cells by threshold
+        G = len(tm.heavy_thr)  # per heavy set (by its count of cells, 0: none): what at() reads of it
+        self._known = np.zeros(G + 1, dtype=bool)
+        self._known[0] = True
+        self._heights: list[np.ndarray] = [np.zeros(0)] * (G + 1)
+        self._tok_j, self._excl_j, self._hsum_j, self._hmax_j = (np.zeros(G + 1) for _ in range(4))
+        self._free_j = np.zeros(G + 1, dtype=np.int64)
+
+    def _heavy(self, heavy_cells: np.ndarray) -> tuple[np.ndarray, float, float, int]:
+        """(heights, tokens, rank-seconds excluded from the balance, free ranks) of a heavy cell set."""
+        key = np.packbits(heavy_cells).tobytes()
+        hit = self._heavy_cache.get(key)
+        if hit is None:
+            load, size, sized, rw = self._sequences()
+            seq = np.flatnonzero(heavy_cells[self.grid.cell])
+            sizes = size[seq]
+            heights = pack_heights(load[seq], sizes, self.W)
+            heavy_rw = float(rw[heavy_cells].sum())
+            spare = float(self.W * heights.sum()) - float(sized[seq].sum())
+            free = int(self.W * len(heights) - sizes.sum())
+            hit = (heights, float(self.lengths[seq].sum()), heavy_rw + spare, free)
+            self._heavy_cache[key] = hit
+        return hit
+
+    def _sequences(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every sequence at its cell's heavy degree: load alone, size, size · share; each cell's rank-work
+        there."""
+        if self._per_seq is None:
+            g, tm = self.grid, self.tm
+            k = tm.heavy_k[g.cell]
+            share = g.work[g.cell, k] * g.scale
+            self._per_seq = (share + g.overhead[g.cell, k], g.degrees[k], g.degrees[k] * share,
+                             tm.rank_work[np.arange(len(tm.heavy_k)), tm.heavy_k])
+        return self._per_seq
+
+    def _heavy_mask(self, j: int) -> np.ndarray:
+        """The heavy set of ``j`` cells: those of the j highest thresholds (a tie is all in or all out)."""
+        if j == 0:
+            return np.zeros(len(self.tm.heavy_thr), dtype=bool)
+        return self.tm.heavy_thr >= self._thr_desc[j - 1]
+
+    def _heavy_of(self, js: list[int]) -> None:
+        """:meth:`_heavy` of the sets of ``js`` cells (the same numbers), into the per-count arrays, with the
+        heights' sum and largest; tokens and sizes are whole numbers, summed once over the cells in
+        threshold order."""
+        g, tm = self.grid, self.tm
+        for j in set(js):
+            if self._known[j]:
+                continue
+            load, size, sized, rw = self._sequences()
+            if self._cum is None:  # each cell's rank by falling threshold, running totals in that order
+                order = np.argsort(-tm.heavy_thr, kind="stable")
+                rank = np.empty_like(order)
+                rank[order] = np.arange(len(order))
+                tok = np.bincount(g.cell, weights=self.lengths, minlength=len(order))[order]
+                self._cum = (np.r_[0.0, np.cumsum(tok)],
+                             np.r_[0, np.cumsum((self.count * g.degrees[tm.heavy_k])[order])].astype(np.int64),
+                             rank, rank[g.cell])
+            tok_cum, size_cum, rank, seq_rank = self._cum
+            # the set of j cells is the first j by threshold (a count of cells above some τ keeps ties
+            # together); sequences and cells ascending, as a mask would list them
+            seq = np.flatnonzero(seq_rank < j)
+            heights = pack_heights(load[seq], size[seq], self.W)
+            hsum = float(heights.sum())
+            self._heights[j] = heights
+            self._tok_j[j] = tok_cum[j]
+            self._excl_j[j] = (float(rw[rank < j].sum())
+                               + (float(self.W * hsum) - float(sized[seq].sum())))
+            self._free_j[j] = int(self.W * len(heights) - size_cum[j])
+            self._hsum_j[j] = hsum
+            self._hmax_j[j] = float(heights.max())
+            self._known[j] = True
+
+    def _solve(self, m: np.ndarray, excluded: np.ndarray) -> np.ndarray:
+        """:func:`solve_tau` of every count in ``m`` with its own ``excluded``."""
+        tm = self.tm
+        tau_e = (tm.F[None, :] - excluded[:, None]) / (self.W_eff * m)[:, None] + tm.slot_overhead
+        e = np.argmax(tau_e < self._upper, axis=1)
+        return np.maximum(np.maximum(tau_e[np.arange(len(m)), e], self._lower[e]), self._floor)
+
+    def _structure(self, tau: float, heavy: np.ndarray) -> float:
+        """Ranks the light sequences above the smallest degree occupy at τ: per degree c, c times the groups
+        they need, at least one per sequence above τ/2 (no two share) and at least their load over τ."""
+        return float(self._structures(np.array([tau]), heavy[None, :])[0])
+
+    def _degrees_at(self, tau: np.ndarray) -> np.ndarray:
+        """[n, G]: :func:`cell_degrees`'s degree index of every cell at each τ of ``tau``. A cell holding
+        sequences takes its first record (a degree whose load alone beats every smaller degree's) that fits
+        τ: the records' loads fall with the degree, so that is record c, c the count of its records above τ
+        (c = all of them: heavy, the last record, ``heavy_k``). Cells without sequences: the full rule."""
+        if self._records is None:
+            G = len(self.tm.heavy_k)
+            if self.tm.records is not None:
+                rows, cols, wm = self.tm.records
+            else:
+                alone = alone_load(self.grid)
+                prev_min = np.minimum.accumulate(np.c_[np.full(G, np.inf), alone[:, :-1]], axis=1)
+                rows, cols = np.nonzero(np.isfinite(alone) & (alone < prev_min) & (self.R[:, None] > 0))
+                wm = alone[rows, cols]
+            starts = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]])) if len(rows) else rows
+            cells = rows[starts]
+            has = np.zeros(G, dtype=bool)
+            has[cells] = True
+            self._records = (wm, cols, cells, starts, np.concatenate([starts[1:], [len(rows)]]) - 1,
+                             not bool((~has & (self.count > 0)).any()))
+        loads, cols, cells, starts, last, complete = self._records
+        if not complete or not len(cells):
+            alone = alone_load(self.grid)
+            ok = alone[None, :, :] <= tau[:, None, None]
+            return np.where(~ok.any(axis=2), self.tm.heavy_k[None, :], np.argmax(ok, axis=2))
+        above = np.add.reduceat(loads[None, :] > tau[:, None], starts, axis=1, dtype=np.int64)
+        k = np.empty((len(tau), len(self.tm.heavy_k)), dtype=np.int64)
+        k[:] = self.tm.heavy_k
+        k[:, cells] = cols[np.minimum(starts + above, last)]
+        return k
+
+    def _structures(self, tau: np.ndarray, heavy: np.ndarray) -> np.ndarray:
+        """:meth:`_structure` of each τ of ``tau`` with its heavy set (rows of ``heavy`` [n, G]); the per-degree
+        sums run over the cells in the same order (one bincount over (row, degree) bins)."""
+        g = self.grid
+        k = self._degrees_at(tau)
+        rows = ~heavy & (k > 0) & (self.count > 0)[None, :]
+        K = len(g.degrees)
+        at = np.arange(k.shape[1])[None, :] * K + k
+        work, ovh = g.work.reshape(-1)[at], g.overhead.reshape(-1)[at]
+        bins = (np.arange(len(tau))[:, None] * K + k).reshape(-1)
+        half = np.bincount(bins, weights=np.where(rows, self.count * ((work + ovh) > tau[:, None] / 2), 0.0).reshape(-1),
+                           minlength=len(tau) * K).reshape(-1, K)
+        load = np.bincount(bins, weights=np.where(rows, self.R * work + self.count * ovh, 0.0).reshape(-1),
+                           minlength=len(tau) * K).reshape(-1, K)
+        groups = np.maximum(half, np.ceil(load / tau[:, None] - 1e-9))
+        return (g.degrees[None, :] * groups).sum(axis=1)
+
+    def many(self, ms: np.ndarray) -> _Resolved:
+        """:meth:`at` of every count in ``ms`` (ascending or not), as arrays."""
+        tm = self.tm
+        ms = np.asarray(ms, dtype=np.int64)
+        n = len(ms)
+        tau = self._solve(ms, np.zeros(n))
+        hj = np.zeros(n, dtype=np.int64)  # heavy set: how many cells
+        excl = np.zeros(n)
+        live = np.ones(n, dtype=bool)
+        G = len(tm.heavy_thr)
+        for _ in range(4):
+            now = G - np.searchsorted(self._thr_asc, tau, side="right")  # cells with threshold > τ
+            live &= (now != 0) & (now != hj)
+            if not live.any():
+                break
+            i = np.flatnonzero(live)
+            hj[i] = now[i]
+            self._heavy_of(now[i].tolist())
+            excl[i] = self._excl_j[now[i]]
+            tau[i] = self._solve(ms[i], excl[i])
+        tok, free, hsum, hmax = self._tok_j[hj], self._free_j[hj], self._hsum_j[hj], self._hmax_j[hj]
+        cut = np.where(hj > 0, self._thr_desc[np.maximum(hj - 1, 0)], np.inf)
+        masks = tm.heavy_thr[None, :] >= cut[:, None]
+        light_tokens = self._tokens - tok
+        need = np.maximum(np.ceil((self._structures(tau, masks) - free) / self.W - 1e-9),
+                          np.ceil(light_tokens / self.token_cap - 1e-9)).astype(np.int64)
+        light_work = tm.F[np.searchsorted(tm.thresholds, tau, side="right")] - excl
+        # the heavy microbatches' spare ranks hold the rest: no light microbatch
+        none = (hj > 0) & (need <= 0) & (light_work <= self.W * tm.slot_overhead)
+        # groups or tokens need more microbatches: counted at the height τ, since groups of loads up to τ set
+        # the heights even where the average is lower
+        m_eff = np.where(none, 0, np.where(need > ms, need, ms))
+        level = np.where(none, 0.0, tau)
+        est = m_eff * level + hsum + (self.pp - 1) * np.maximum(level, hmax)
+        return _Resolved(ms, tau, level, m_eff, hj, light_tokens, est)
+
+    def choice(self, b: _Resolved, i: int) -> TargetChoice:
+        """Entry ``i`` of a batch as a :class:`TargetChoice` (what :meth:`at` returns)."""
+        m = int(b.m[i])
+        hit = self._solved.get(m)
+        if hit is None:
+            heights = self._heights[int(b.heavy[i])] if b.heavy[i] else np.zeros(0)
+            hit = TargetChoice(float(b.tau[i]), float(b.level[i]), int(b.m_eff[i]), len(heights), heights,
+                               float(b.light_tokens[i]), float(b.estimate[i]))
+            self._solved[m] = hit
+        return hit
+
+    def at(self, m_light: int) -> TargetChoice:
+        """The target for ``m_light`` light microbatches. When the groups its degrees ask for do not fit that
+        many microbatches (⌈ranks needed / W⌉ > m), the choice keeps τ (the degree rule) and counts the
+        microbatches the structure needs, at the correspondingly lower load level."""
+        hit = self._solved.get(m_light)
+        if hit is not None:
+            return hit
+        return self.choice(self.many(np.array([m_light])), 0)
+
+
+_LAST: list[tuple] = []  # the last search: (grid, model, lengths, scalars, TargetSearch)
+
+
+def _search(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
+            capacity: float | None) -> TargetSearch:
+    """The TargetSearch of these inputs: the last one again when a plan asks for the same grid, model and
+    batch (HyDra re-targets a fixed m after its free pick: the heavy sets and counts it resolved are reused;
+    a search's numbers depend on its inputs only)."""
+    if _LAST:
+        g, t, lens, scalars, ts = _LAST[0]
+        if g is grid and t is tm and lens is lengths and scalars == (pool, pp, budget, capacity):
+            return ts
+    ts = TargetSearch(grid, tm, pool, pp, lengths, budget, capacity)
+    _LAST[:] = [(grid, tm, lengths, (pool, pp, budget, capacity), ts)]
+    return ts
+
+
+def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
+                  num_microbatches: int | None = None, span: int = 8,
+                  capacity: float | None = None, ramp: bool = False) -> TargetChoice:
+    """The (τ, m) with the smallest 1F1B estimate; m fixed when ``num_microbatches`` is given (as far as the
+    heavy sequences and the groups allow).
+
+    Candidates: light counts m_L = 1 .. ``span`` × the memory minimum ⌈Σ L / (η·W·M)⌉ + 2p (at most 512), each
+    raised to what memory and the group structure need; the search stops once the estimate exceeds the
+    best by ``STOP_ABOVE`` (τ only falls with m, so degrees, communication and heavy sets only grow).
+    ``capacity``: the speed-weighted pool Σ 1/f of a job with stragglers (None: W).
+    The counts are resolved in blocks (16, 16, 32, 64, …: :meth:`TargetSearch.many`) and scanned in order."""
+    ts = _search(grid, tm, pool, pp, lengths, budget, capacity)
+    if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
+        for m_l in range(num_microbatches, 0, -1):
+            ch = ts.at(m_l)
+            if m_l + ch.m_heavy <= num_microbatches:
+                return ch
+        return ts.at(1)
+    m_all = max(1, int(np.ceil(lengths.sum() / ts.token_cap)))
+    hi = min(512, span * m_all + 2 * pp)
+    resolved: list[_Resolved] = []
+    est: list[float] = []
+    lo, size, low = 1, 16, np.inf
+    while lo <= hi:
+        b = ts.many(np.arange(lo, min(hi, lo + size - 1) + 1))
+        resolved.append(b)
+        stop = False
+        for e in b.estimate.tolist():
+            est.append(e)
+            low = min(low, e)
+            if e > STOP_ABOVE * low:
+                stop = True
+                break
+        if stop:
+            break
+        lo, size = lo + size, size if lo == 1 else 2 * size
+    if not est:
+        return ts.at(hi)
+    at = [(b, i) for b in resolved for i in range(len(b.m))][:len(est)]
+    heavy_count = [len(ts._heights[int(b.heavy[i])]) for b, i in at]
+    # With heavy microbatches, Σh + (p−1)·max h over-counts what a good order hides: score the close
+    # candidates with the 1F1B recurrence at their best heavy position instead (one recurrence sweep).
+    floor = min(est)
+    close = sorted((e, i) for i, e in enumerate(est) if heavy_count[i] and e <= REFINE_WITHIN * floor)
+    refine = sorted(i for _, i in close[:REFINE_MAX])
+    t_all = list(est)
+    problems = []
+    for i in refine:
+        ch = ts.choice(*at[i])
+        light, r = ramped(ch.m_light, ch.level, pp) if ramp else (np.full(ch.m_light, ch.level), 0)
+        heights = np.r_[ch.heavy_heights, light]
+        problems.append((heights, np.r_[np.ones(ch.m_heavy, dtype=bool), np.zeros(ch.m_light, dtype=bool)], r))
+    for i, t in zip(refine, best_makespans(problems, pp)):
+        t_all[i] = t
+    best, best_t = 0, np.inf
+    for i, t in enumerate(t_all):
+        if t < best_t * (1 - 1e-9):
+            best, best_t = i, t
+    return replace(ts.choice(*at[best]), estimate_s=float(best_t))
