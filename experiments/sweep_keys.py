@@ -45,14 +45,17 @@ def file_digest(path: str | Path) -> str:
 
 def named_files(scenario: dict[str, Any]) -> dict[str, str]:
     """The files a scenario's fields name, by field: ``trace`` (a trace file, not a preset nor a distribution
-    spec), ``calibration`` (a calibration JSON), ``gpu`` (a GPU ``.toml`` file, not a preset), ``model`` (a
+    spec; ``trace[i]`` for the file components of a ``mix:`` spec), ``calibration`` (a calibration JSON), ``gpu`` (a GPU ``.toml`` file, not a preset), ``model`` (a
     Hugging Face ``config.json`` or a model ``.toml``, not a preset)."""
-    from dcpsim.traces.spec import is_distribution_spec
+    from dcpsim.traces.spec import is_distribution_spec, mix_files
 
     named = {}
     trace = scenario.get("trace")
     if isinstance(trace, str) and not is_distribution_spec(trace) and Path(trace).suffix:
         named["trace"] = trace
+    elif isinstance(trace, str):  # a mixture's file components: trace[0], trace[1], … in the spec's order
+        for i, path in enumerate(mix_files(trace)):
+            named[f"trace[{i}]"] = path
     if isinstance(scenario.get("calibration"), str) and scenario["calibration"]:
         named["calibration"] = scenario["calibration"]
     gpu = scenario.get("gpu")

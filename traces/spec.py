@@ -199,6 +199,25 @@ def _component_sample(preset: TracePreset, n: int, seed: int) -> np.ndarray:
     return preset.sample(n, seed)
 
 
+def mix_files(text: str) -> list[str]:
+    """The trace files a ``mix:`` spec names among its components, in order (nothing is read; [] for any other
+    text). Callers that cache results keyed by their inputs hash these files (experiments.sweep_keys)."""
+    if not text.strip().startswith("mix:"):
+        return []
+    body = text.split(":", 1)[1].strip()
+    out = []
+    for part in (p.strip() for p in _NEXT_COMPONENT.split(body)):
+        spec = part.split("*", 1)[1].strip() if "*" in part else ""
+        if spec and _is_file_spec(spec):
+            out.append(spec)
+    return out
+
+
+def _is_file_spec(spec: str) -> bool:
+    """A mixture component that names a trace file (not a distribution, not a preset): it has a suffix."""
+    return not is_distribution_spec(spec) and bool(Path(spec).suffix)
+
+
 def _mix(text: str) -> TracePreset:
     body = text.split(":", 1)[1].strip()
     parts = [p.strip() for p in _NEXT_COMPONENT.split(body)]
@@ -225,8 +244,7 @@ def _mix(text: str) -> TracePreset:
             raise TraceError(
                 "distribution 'mix': a mixture cannot contain a mixture", field="mix", value=part
             )
-        is_file = not is_distribution_spec(spec) and bool(Path(spec).suffix)
-        comps.append(_file_source(spec) if is_file else resolve_length_source(spec))
+        comps.append(_file_source(spec) if _is_file_spec(spec) else resolve_length_source(spec))
         weights.append(w)
     if not sum(weights) > 0:
         raise TraceError("distribution 'mix': the weights sum to 0; expected a positive sum", field="weight")

@@ -113,6 +113,14 @@ def test_point_files_hash_the_named_files(tmp_path, monkeypatch):
     (tmp_path / "gpu.toml").write_bytes(b"base = 'h100'\n")
     assert point_files({"gpu": "gpu.toml"}) == {"gpu": hashlib.sha256(b"base = 'h100'\n").hexdigest()}
     assert point_files({"trace": "nope.csv"}) == {"trace": "missing"}
+    # a mixture's file components are hashed too (a changed component file must change the key)
+    (tmp_path / "u.csv").write_bytes(b"length\n7\n")
+    mix = "mix:0.5*t.csv+0.3*lognormal:median=2048,sigma=1+0.2*u.csv"
+    assert point_files({"trace": mix}) == {"trace[0]": hashlib.sha256(b"length\n100\n").hexdigest(),
+                                           "trace[1]": hashlib.sha256(b"length\n7\n").hexdigest()}
+    (tmp_path / "u.csv").write_bytes(b"length\n8\n")
+    assert point_files({"trace": mix})["trace[1]"] == hashlib.sha256(b"length\n8\n").hexdigest()
+    assert point_files({"trace": "mix:0.9*lognormal:median=2048,sigma=1+0.1*32k"}) == {}  # no file in it
     cache: dict[str, str] = {}
     point_files({"trace": "t.csv"}, cache)
     assert cache == {str((tmp_path / "t.csv").resolve()): hashlib.sha256(b"length\n100\n").hexdigest()}
