@@ -176,14 +176,15 @@ class AnalyticCostModel:
             tp_f, tp_b = tp_layer * nl + end_tp_f, tp_layer * nl + end_tp_b
         else:  # no TP communication anywhere: zeros (as 0 · nl + 0)
             tp_f, tp_b = np.zeros(G), np.zeros(G)
+        ep_f: np.ndarray | float = 0.0
+        ep_b: np.ndarray | float = 0.0
         if m.is_moe:
-            # MoE: EP dispatch/combine all-to-alls (cost_models.moe), reported with the CP communication.
+            # MoE: EP dispatch/combine all-to-alls (cost_models.moe), their own fields (sim: comm kind "ep").
             ep_f, ep_b = moe.ep_comm_s(job, cal, tpr, stage, groups.first_rank, self._p2p_bytes_scale(),
                                        by_destination=self.terms.links)
-            cp_f, cp_b = cp_f + ep_f, cp_b + ep_b
             bwd = bwd + moe.recompute_bwd_s(job, cal, tpr, stage)
         return GroupCosts(fwd_compute_s=fwd, fwd_comm_s=cp_f, bwd_compute_s=bwd, bwd_comm_s=cp_b,
-                          fwd_tp_comm_s=tp_f, bwd_tp_comm_s=tp_b)
+                          fwd_tp_comm_s=tp_f, bwd_tp_comm_s=tp_b, fwd_ep_comm_s=ep_f, bwd_ep_comm_s=ep_b)
 
     def stage_classes(self) -> tuple[int, ...]:
         """For each pipeline stage, the first stage whose :meth:`group_costs` are the same numbers for every

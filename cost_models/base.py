@@ -52,9 +52,9 @@ class GroupBatch:
 
 @dataclass(frozen=True)
 class GroupCosts:
-    """Per group, for one rank of the group at one stage (seconds): compute, *exposed* CP communication and
-    exposed TP (sequence-parallel) communication, forward and backward. The TP fields default to 0 (a scalar
-    broadcasts) for cost models without TP communication."""
+    """Per group, for one rank of the group at one stage (seconds): compute, *exposed* CP communication,
+    exposed TP (sequence-parallel) communication and the MoE expert-parallel all-to-alls, forward and backward.
+    The TP and EP fields default to 0 (a scalar broadcasts) for cost models (or models) without them."""
 
     fwd_compute_s: np.ndarray
     fwd_comm_s: np.ndarray
@@ -62,11 +62,13 @@ class GroupCosts:
     bwd_comm_s: np.ndarray
     fwd_tp_comm_s: np.ndarray | float = 0.0
     bwd_tp_comm_s: np.ndarray | float = 0.0
+    fwd_ep_comm_s: np.ndarray | float = 0.0  # EP dispatch + combine all-to-alls (cost_models.moe), not hidden
+    bwd_ep_comm_s: np.ndarray | float = 0.0
 
     @property
     def total_s(self) -> np.ndarray:
         return (self.fwd_compute_s + self.fwd_comm_s + self.bwd_compute_s + self.bwd_comm_s
-                + self.fwd_tp_comm_s + self.bwd_tp_comm_s)
+                + self.fwd_tp_comm_s + self.bwd_tp_comm_s + self.fwd_ep_comm_s + self.bwd_ep_comm_s)
 
 
 class CostModel(Protocol):

@@ -6,8 +6,8 @@ Mapping (Trace Event Format, "JSON Object Format"):
 * ``pid`` = pipeline stage, ``tid`` = pool rank, so each stage is a process and each of its ranks a thread;
 * names: ``"F mb3"`` / ``"B mb3"`` (compute of microbatch 3), ``"cp comm"`` (exposed CP communication),
   ``"pp wait"`` (exposed pipeline transfer before an operation), ``"dp wait"`` (idle before the gradient sync),
-  ``"grad sync"`` (reduce-scatter + all-gather), ``"tp comm"`` (exposed TP communication) and
-  ``"optimizer step"``;
+  ``"grad sync"`` (reduce-scatter + all-gather), ``"tp comm"`` (exposed TP communication), ``"ep comm"``
+  (MoE expert-parallel all-to-alls) and ``"optimizer step"``;
 * ``cat`` is the row's kind (``compute``, ``comm``, ``idle``); ``args`` hold microbatch, phase and tokens;
 * metadata events (``"ph": "M"``) name every process ("stage 2") and thread ("rank 17") and fix their order.
 
@@ -44,6 +44,8 @@ def _names(tl: Timeline) -> list[str]:
             out.append("grad sync")
         elif c == "tp":
             out.append("tp comm")
+        elif c == "ep":
+            out.append("ep comm")
         else:
             out.append(f"{k} {c}".strip())
     return out

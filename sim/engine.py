@@ -48,14 +48,17 @@ class OpTimes:
     sync_end: np.ndarray  # [p] after the optimizer step
     events: int  # simpy events processed
     tp_comm: np.ndarray | None = None  # exposed TP (sequence-parallel) communication, after cp_comm; None = 0
+    ep_comm: np.ndarray | None = None  # MoE expert-parallel all-to-alls, after tp_comm; None = 0
 
 
 def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int, float] | None):
-    """compute[p, G, 2], cp_comm[p, G, 2], pp transfer[p, G] (towards the next stage), tp_comm[p, G, 2]."""
+    """compute[p, G, 2], cp_comm[p, G, 2], pp transfer[p, G] (towards the next stage), tp_comm[p, G, 2],
+    ep_comm[p, G, 2]."""
     G = fp.num_groups
     compute = np.zeros((p, G, 2))
     comm = np.zeros((p, G, 2))
     tp = np.zeros((p, G, 2))
+    ep = np.zeros((p, G, 2))
     xfer = np.zeros((p, G))
     tpr = fp.groups.tokens_per_rank()
     member_tpr = tpr[fp.member_group]
@@ -65,6 +68,7 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
         compute[s, :, 0], compute[s, :, 1] = c.fwd_compute_s, c.bwd_compute_s
         comm[s, :, 0], comm[s, :, 1] = c.fwd_comm_s, c.bwd_comm_s
         tp[s, :, 0], tp[s, :, 1] = c.fwd_tp_comm_s, c.bwd_tp_comm_s
+        ep[s, :, 0], ep[s, :, 1] = c.fwd_ep_comm_s, c.bwd_ep_comm_s
         if s < p - 1:
             # Every member sends its own share to the same pool rank of stage s + 1; the group's next
             # operation waits for the slowest of them.
@@ -82,7 +86,7 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
         for s in range(p):
             np.maximum.at(g_factor[s], fp.member_group, factor[s, fp.member_rank])
         compute *= g_factor[:, :, None]
-    return compute, comm, xfer, tp
+    return compute, comm, xfer, tp, ep
 
 
 def _edges(fp: FlatPlan, p: int, xfer: np.ndarray):
@@ -125,8 +129,8 @@ def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
             slowdown: Mapping[int, float] | None = None) -> OpTimes:
     """Run one iteration of ``fp`` on ``num_stages`` stages; return every operation's times."""
     p, G = num_stages, fp.num_groups
-    compute, comm, xfer, tp = _op_costs(fp, cost_model, p, slowdown)
-    dur = (compute + comm + tp).reshape(-1).tolist()
+    compute, comm, xfer, tp, ep = _op_costs(fp, cost_model, p, slowdown)
+    dur = (compute + comm + tp + ep).reshape(-1).tolist()
     indptr, dst, delay, pending_arr = _edges(fp, p, xfer)
     indptr_l, dst_l, delay_l = indptr.tolist(), dst.tolist(), delay.tolist()
     pending = pending_arr.tolist()
@@ -173,4 +177,4 @@ def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
     opt = np.array([cost_model.optimizer_s(s) for s in range(p)])
     return OpTimes(p, compute.reshape(-1), comm.reshape(-1), start_a - np.minimum(np.asarray(ready), start_a),
                    start_a, end_a, rank_of, last, sync, last + sync + opt,
-                   events=int(n_ops + np.count_nonzero(delay > 0)), tp_comm=tp.reshape(-1))
+                   events=int(n_ops + np.count_nonzero(delay > 0)), tp_comm=tp.reshape(-1), ep_comm=ep.reshape(-1))

@@ -48,6 +48,7 @@ class Metrics:
     pp_comm_s: float = metric("s", MEAN)
     dp_comm_s: float = metric("s", MEAN)
     tp_comm_s: float = metric("s", MEAN)  # exposed TP (sequence-parallel) communication, mean per rank
+    ep_comm_s: float = metric("s", MEAN)  # MoE expert-parallel all-to-alls (never hidden), mean per rank
     num_microbatches: float = metric("microbatches", MEAN, table=Column("mbs", "{:.0f}"))
     scheduling_time_s: float = metric("s", MEAN, table=Column("sched ms", "{:.1f}", scale=1e3), wall_clock=True)
     peak_memory_gib: float = metric("GiB", MAX, table=Column("peak GiB", "{:.1f}"))  # max over ranks
@@ -80,6 +81,7 @@ def per_rank_sums(tl: Timeline) -> dict[str, np.ndarray]:
         "pp": total((kind == "comm") & (comm == "pp")),
         "dp": total((kind == "comm") & (comm == "dp")),
         "tp": total((kind == "comm") & (comm == "tp")),
+        "ep": total((kind == "comm") & (comm == "ep")),
         "dp_wait": total(kind == "idle"),
     }
 
@@ -131,7 +133,7 @@ def compute_metrics(tl: Timeline, *, tokens: int, model_flops: float, num_gpus: 
                     bound_s: float = 0.0) -> Metrics:
     T = tl.iteration_time
     s = per_rank_sums(tl)
-    busy = s["compute"] + s["cp"] + s["pp"] + s["dp"] + s["dp_wait"] + s["tp"]
+    busy = s["compute"] + s["cp"] + s["pp"] + s["dp"] + s["dp_wait"] + s["tp"] + s["ep"]
     pipe = np.clip((T - busy) / T, 0.0, 1.0) if T > 0 else np.zeros_like(busy)
     dpb = s["dp_wait"] / T if T > 0 else np.zeros_like(busy)
     table = rank_microbatch_table(tl)
@@ -156,6 +158,7 @@ def compute_metrics(tl: Timeline, *, tokens: int, model_flops: float, num_gpus: 
         num_microbatches=num_microbatches,
         scheduling_time_s=scheduling_time_s,
         tp_comm_s=float(s["tp"].mean()),
+        ep_comm_s=float(s["ep"].mean()),
         bound_s=float(bound_s),
         efficiency=bound_s / T if T > 0 else 0.0,
     )

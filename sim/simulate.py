@@ -60,9 +60,12 @@ def build_timeline(fp: FlatPlan, ot: OpTimes) -> Timeline:
     add(ppw > 0, stage, rank, mb, ph, "comm", "pp", st - ppw, st, tpr)
     add(every, stage, rank, mb, ph, "compute", "", st, st + comp, tpr)
     add(cpc > 0, stage, rank, mb, ph, "comm", "cp", st + comp, st + comp + cpc, tpr)
-    if ot.tp_comm is not None:
-        tpc = ot.tp_comm[op]
-        add(tpc > 0, stage, rank, mb, ph, "comm", "tp", st + comp + cpc, st + comp + cpc + tpc, tpr)
+    tpc = ot.tp_comm[op] if ot.tp_comm is not None else np.zeros(len(op))
+    add(tpc > 0, stage, rank, mb, ph, "comm", "tp", st + comp + cpc, st + comp + cpc + tpc, tpr)
+    if ot.ep_comm is not None:
+        epc = ot.ep_comm[op]
+        e0 = st + comp + cpc + tpc
+        add(epc > 0, stage, rank, mb, ph, "comm", "ep", e0, e0 + epc, tpr)
 
     # Per (stage, rank): DP wait, gradient sync, optimizer step.
     last = np.zeros(p * W)

@@ -48,8 +48,8 @@ SCHEMA: tuple[Column, ...] = (
            ("F", "B", "S")),
     Column("kind", "str", "", "'compute', 'comm' (exposed communication) or 'idle' (the DP wait before the "
            "sync)", ("compute", "comm", "idle")),
-    Column("comm", "str", "", "for kind 'comm': 'cp', 'pp', 'dp' or 'tp'; '' otherwise",
-           ("", "cp", "pp", "dp", "tp")),
+    Column("comm", "str", "", "for kind 'comm': 'cp', 'pp', 'dp', 'tp' or 'ep' (MoE expert-parallel "
+           "all-to-alls); '' otherwise", ("", "cp", "pp", "dp", "tp", "ep")),
     Column("start", "float64", "s", "seconds from the start of the iteration"),
     Column("end", "float64", "s", "seconds from the start of the iteration, ≥ start"),
     Column("tokens", "float64", "tokens",

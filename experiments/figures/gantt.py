@@ -30,6 +30,7 @@ CATEGORIES = {  # category → (legend label, colour)
     "cp": ("CP comm (exposed)", "#c44e52"),
     "pp": ("PP wait (exposed transfer)", "#8172b2"),
     "tp": ("TP comm (exposed)", "#dd8452"),
+    "ep": ("EP all-to-all (MoE)", "#64b5cd"),
     "dp_wait": ("DP wait", "#e6b800"),
     "dp": ("gradient sync", "#222222"),
     "opt": ("optimizer step", "#8c564b"),
@@ -41,8 +42,9 @@ def categorise(frame: pd.DataFrame) -> np.ndarray:
     """The category (a key of :data:`CATEGORIES`) of every timeline row."""
     kind, comm, phase = frame["kind"].to_numpy(), frame["comm"].to_numpy(), frame["phase"].to_numpy()
     return np.select([(kind == "compute") & (phase == "F"), (kind == "compute") & (phase == "B"),
-                      kind == "compute", kind == "idle", comm == "cp", comm == "pp", comm == "dp", comm == "tp"],
-                     ["F", "B", "opt", "dp_wait", "cp", "pp", "dp", "tp"], default="opt")
+                      kind == "compute", kind == "idle", comm == "cp", comm == "pp", comm == "dp", comm == "tp",
+                      comm == "ep"],
+                     ["F", "B", "opt", "dp_wait", "cp", "pp", "dp", "tp", "ep"], default="opt")
 
 
 def shown_ranks(pool: int, k: int) -> np.ndarray:

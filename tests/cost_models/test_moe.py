@@ -90,13 +90,14 @@ def test_ep_all_to_all_inside_a_node_and_across_nodes_by_hand():
         lm = cm.cal.link("all_to_all", link)
         one = lm.base_s + (ep - 1) * lm.hop_s + nbytes * (ep - 1) / ep / (lm.busbw_gbs * 1e9)
         c = cm.group_costs(one_group(T))
-        assert c.fwd_comm_s[0] == pytest.approx(LAYERS * 2 * one, rel=1e-12)
-        assert c.bwd_comm_s[0] == pytest.approx(
-            2 * c.fwd_comm_s[0], rel=1e-12
+        assert c.fwd_ep_comm_s[0] == pytest.approx(LAYERS * 2 * one, rel=1e-12)
+        assert c.fwd_comm_s[0] == c.bwd_comm_s[0] == 0.0  # one rank: no CP communication; EP has its own field
+        assert c.bwd_ep_comm_s[0] == pytest.approx(
+            2 * c.fwd_ep_comm_s[0], rel=1e-12
         )  # recomputed forward dispatches again
     no_re = AnalyticCostModel(job(ep=8, recompute=False), terms=CostTerms.legacy()).group_costs(one_group(T))
-    assert no_re.bwd_comm_s[0] == pytest.approx(no_re.fwd_comm_s[0], rel=1e-12)
-    assert AnalyticCostModel(job(ep=1), terms=CostTerms.legacy()).group_costs(one_group(T)).fwd_comm_s[0] == 0
+    assert no_re.bwd_ep_comm_s[0] == pytest.approx(no_re.fwd_ep_comm_s[0], rel=1e-12)
+    assert AnalyticCostModel(job(ep=1), terms=CostTerms.legacy()).group_costs(one_group(T)).fwd_ep_comm_s[0] == 0
 
 
 def test_recompute_adds_one_forward_of_the_moe_part_to_the_backward():
@@ -163,8 +164,8 @@ def test_cross_domain_all_to_all_shares_the_nics():
     nbytes = T * K * H * 2.0
     half_nics = replace(get_gpu("h100"), nics_per_node=4)
     for ep, remote_bytes in ((16, nbytes * 8 / 16), (8, 0.0)):
-        full = AnalyticCostModel(job(ep=ep)).group_costs(one_group(T)).fwd_comm_s[0]
-        half = AnalyticCostModel(replace(job(ep=ep), gpu=half_nics)).group_costs(one_group(T)).fwd_comm_s[0]
+        full = AnalyticCostModel(job(ep=ep)).group_costs(one_group(T)).fwd_ep_comm_s[0]
+        half = AnalyticCostModel(replace(job(ep=ep), gpu=half_nics)).group_costs(one_group(T)).fwd_ep_comm_s[0]
         lm = AnalyticCostModel(job(ep=ep)).cal.link("all_to_all", "network")
         assert half - full == pytest.approx(
             LAYERS * 2 * remote_bytes / (lm.busbw_gbs * 1e9), rel=1e-9, abs=1e-12
@@ -183,9 +184,41 @@ def test_crossing_all_to_all_priced_by_its_remote_destinations():
     )
     net = by_dest.cal.link("all_to_all", "network")
     alpha = net.base_s + 31 * net.hop_s
-    got = by_dest.group_costs(one_group(T)).fwd_comm_s[0]
+    got = by_dest.group_costs(one_group(T)).fwd_ep_comm_s[0]
     assert got == pytest.approx(LAYERS * 2 * (alpha + nbytes * 24 / 32 / (net.busbw_gbs * 1e9)), rel=1e-12)
-    assert whole.group_costs(one_group(T)).fwd_comm_s[0] == pytest.approx(
+    assert whole.group_costs(one_group(T)).fwd_ep_comm_s[0] == pytest.approx(
         LAYERS * 2 * (alpha + nbytes * 31 / 32 / (net.busbw_gbs * 1e9)), rel=1e-12
     )
     assert list(moe.ep_local_members(j32, 0, np.array([0, 5]))) == [8, 8]  # 8 GPUs per NVLink domain
+
+
+def test_simulation_reports_ep_comm_apart_from_cp_comm():
+    """The EP all-to-alls are their own timeline rows (comm 'ep') and metric (ep_comm_s), not CP communication:
+    one sequence on one rank (no CP group) has cp_comm_s = 0 and ep_comm_s = its forward + backward EP time,
+    and the iteration is compute + EP + sync with nothing else exposed."""
+    from dcpsim.policies.plan import CPGroup, Engine, Microbatch, Plan
+    from dcpsim.sim.simulate import simulate_plan
+    from dcpsim.traces import GlobalBatch
+
+    T = 8192
+    j = replace(job(ep=8, pool=8), max_tokens_per_rank=T)
+    cm = AnalyticCostModel(j, terms=CostTerms.legacy())
+    batch = GlobalBatch(np.arange(8), np.full(8, T), 0)
+    plan = Plan("test", 8, (Microbatch(tuple(CPGroup((r,), (r,), Engine("ring", 1, 1)) for r in range(8))),))
+    res = simulate_plan(plan, batch, cm)
+    c = cm.group_costs(one_group(T))
+    ep = float(c.fwd_ep_comm_s[0] + c.bwd_ep_comm_s[0])
+    assert ep > 0
+    assert res.metrics.cp_comm_s == 0.0
+    assert res.metrics.ep_comm_s == pytest.approx(ep, rel=1e-12)
+    comm = res.timeline["comm"]
+    assert set(np.unique(comm).tolist()) >= {"ep"} and "cp" not in set(comm.tolist())
+    # the Chrome trace and the Gantt chart name and colour them as EP, not CP
+    from dcpsim.experiments.chrome_trace import timeline_to_chrome
+    from dcpsim.experiments.figures.gantt import categorise
+    names = {e["name"] for e in timeline_to_chrome(res.timeline)["traceEvents"] if e.get("ph") == "X"}
+    assert "ep comm" in names and "cp comm" not in names
+    assert "ep" in set(categorise(res.timeline.to_frame()).tolist())
+    # the rank's operation is compute, then the EP all-to-alls: forward and backward in series
+    busy = float(c.fwd_compute_s[0] + c.bwd_compute_s[0]) + ep
+    assert res.metrics.iteration_time_s == pytest.approx(busy + cm.grad_sync_s(0) + cm.optimizer_s(0), rel=1e-9)
