@@ -270,16 +270,12 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
           slow: np.ndarray | None,
           fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None) -> Layout:
     """Phase B: LPT of the fill sequences ``small`` (largest share first) over every bin of phase A and every
-    free block of the fill class, in vectorised rounds.
+    free block of the fill class (module docstring).
 
-    A round sorts the bins that can take the tokens of the round's first sequence by room (capacity − load)
-    and gives the next sequences, in order, to the bins in that order: the i-th sequence goes to the i-th
-    roomiest bin as long as it fits there (its work at that bin's class, its tokens) and no bin an earlier
-    sequence of the round took is left with more room than that bin has (then sequential LPT would have
-    chosen the same bin: the round is exact). The round ends at the first sequence where either fails; a
-    sequence that fails at the top of a round goes to the roomiest bin it fits anywhere (one masked argmax), or,
-    fitting nowhere, opens a microbatch. Free blocks are bins of zero tokens and the fill class's overhead;
-    those that receive a sequence become groups."""
+    Free blocks are bins of zero tokens and the fill class's overhead; those that receive a sequence become
+    groups. Each sequence goes to the roomiest bin that takes it (its work at the bin's class, its tokens) over
+    the classes it may use; a sequence that fits nowhere opens a microbatch. Returns the :class:`Layout` of
+    phase A's bins and the used blocks."""
     cf, uf = fill
     W, lim = pk.W, pk.M * (1 + 1e-12)
     bins = pk.bins
