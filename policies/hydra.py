@@ -15,7 +15,7 @@ One iteration's plan, in five steps:
 5. **Engines, order, columns.** Each group keeps the Ulysses × ring split (u, r) that minimises its priced
    load (Ulysses inside a node, ring across); the heavy microbatches run as one block where the 1F1B
    recurrence puts them best; aligned halves are mirrored so every rank's total load evens out
-   (:mod:`policies.hydra_order`).
+   (:mod:`policies.hydra_order`, :mod:`policies.hydra_columns`).
 
 ``degrees="auto"`` (the default) runs the five steps for power-of-two degrees and, on pools of at most
 ``ANY_MAX_POOL`` ranks, for every degree too, and keeps the plan whose ranks' own load columns run fastest
@@ -38,7 +38,8 @@ from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.hydra_order import balance_columns, best_order, height_profile, makespans
+from dcpsim.policies.hydra_columns import balance_columns
+from dcpsim.policies.hydra_order import best_order, height_profile, makespans
 from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_msearch import choose_target
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.policies import hydra_msearch, hydra_order, hydra_target
+from dcpsim.policies import hydra_columns, hydra_msearch, hydra_order, hydra_target
 from dcpsim.policies.hydra_target import build_target_model, pack_heavy
 from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid
 from dcpsim.traces import get_preset
@@ -129,6 +129,6 @@ def test_balance_columns_matches_the_first_version(W: int) -> None:
                     size //= 2
                 loads[k, r:r + size] = np.round(rng.random(), 1 if trial % 2 else 6)
                 r += size
-        assert same(hydra_order.balance_columns(loads), first.balance_columns(loads))
+        assert same(hydra_columns.balance_columns(loads), first.balance_columns(loads))
         slow = 1.0 + (rng.random(W) < 0.25) * rng.random(W)
-        assert same(hydra_order.balance_columns(loads, slow), first.balance_columns(loads, slow))
+        assert same(hydra_columns.balance_columns(loads, slow), first.balance_columns(loads, slow))
