@@ -211,6 +211,10 @@ class Pricer:
         self._grid = grid
         rising = np.all(np.diff(work, axis=1) >= 0, axis=1).tolist()
         self._grid_rows = {k: w for k, w, up in zip(keys, work, rising) if up}
+        # for estimate(): the grid and the batch's distinct lengths in logs, each row's log work when first asked
+        self._log_grid = np.log(grid.astype(np.float64))
+        self._log_len = np.log(self.uniq.astype(np.float64))
+        self._log_rows: dict[int, np.ndarray] = {}
 
     def lower(self, pos: np.ndarray, size: int, ulysses: int) -> np.ndarray | None:
         """A lower bound of ``work(pos, size, ulysses)`` without pricing: ``LOWER_SAFETY`` × the work at the
@@ -225,20 +229,17 @@ class Pricer:
 
     def estimate(self, pos: np.ndarray, size: int, ulysses: int) -> np.ndarray | None:
         """``work(pos, size, ulysses)`` read off the grid without pricing: the local power law between the
-        grid points around each length, i.e. linear interpolation in log-log (exact at grid points; constant
-        power beyond the ends), where the grid's work is non-decreasing, else None. Placement ranks candidate
-        groups with it and prices only what it places."""
+        grid points around each length, i.e. linear interpolation in log-log (exact at grid points; the grid
+        spans the batch's lengths, so nothing is extrapolated), where the grid's work is non-decreasing, else
+        None. Placement ranks candidate groups with it and prices only what it places."""
         key = int(size) * _KEY + int(ulysses)
         row = getattr(self, "_grid_rows", {}).get(key)
         if row is None:
             return None
-        logs = self.__dict__.setdefault("_log_rows", {})
-        if key not in logs:
-            logs[key] = np.log(np.maximum(row, _MIN_WORK_S))
-        if "_log_grid" not in self.__dict__:
-            self._log_grid = np.log(self._grid.astype(np.float64))
-            self._log_len = np.log(self.uniq.astype(np.float64))
-        return np.exp(np.interp(self._log_len[self.inv[np.asarray(pos, dtype=np.int64)]], self._log_grid, logs[key]))
+        logs = self._log_rows.get(key)
+        if logs is None:
+            logs = self._log_rows[key] = np.log(np.maximum(row, _MIN_WORK_S))
+        return np.exp(np.interp(self._log_len[self.inv[np.asarray(pos, dtype=np.int64)]], self._log_grid, logs))
 
     def narrow(self, stage_times: np.ndarray) -> None:
         """Price the work from now on only at the stages that are the heaviest in some column of

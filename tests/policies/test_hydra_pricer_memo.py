@@ -98,3 +98,22 @@ def test_work_model_golden_numbers():
         pricer = Pricer(lengths, cm)
         assert pricer.work(np.arange(4), sizes, uly).tolist() == work
         assert pricer.overhead(sizes, uly).tolist() == overhead
+
+
+def test_estimate_is_the_grid_in_log_log_and_above_the_price_where_the_work_is_log_log_convex():
+    # Pricer.estimate (what phase B ranks other classes by): exact at grid points; between them the chord in
+    # log-log, which lies above a log-log convex work (GEMMs + attention, no ring: one rank, or Ulysses alone)
+    lengths, job, cm = _case(600, 64)
+    D = allowed_degrees(64, "pow2", 1, "auto", job)
+    pricer = Pricer(lengths, cm)
+    grid = build_grid(lengths, D, "auto", job, cm, job.max_tokens_per_rank, pricer=pricer)
+    pos = np.arange(len(lengths))
+    for size, u in ((1, 1), (8, 8)):
+        est = pricer.estimate(pos, size, u)
+        assert est is not None
+        work = pricer.work(pos, size, u)
+        on_grid = np.isin(lengths, grid.lengths)
+        assert on_grid.any() and np.allclose(est[on_grid], work[on_grid], rtol=1e-9)
+        assert (est >= work * (1 - 1e-9)).all()
+        assert (est / work).max() < 1.01  # a 5% geometric grid: the chord stays within 1% of the price
+    assert pricer.estimate(pos, 3, 1) is None  # not a grid option: no estimate
