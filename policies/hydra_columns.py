@@ -84,15 +84,26 @@ def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.nda
             nodes = nxt
         A = np.asarray(nodes, dtype=np.int64)
         for lv in range(top, L):
-            f = (dh_lv[lv][k][A] * dc_lv[lv]) > 0
-            first = A * 2
-            first += f  # the half that goes first: 2a, or 2a + 1 when node a swaps
-            A = halves[lv]
-            A[0::2] = first
-            A[1::2] = first ^ 1
+            A = _descend(A, (dh_lv[lv][k][A] * dc_lv[lv]) > 0, halves[lv])
         idx[k] = A
         total += loads[k][A]
-    pos[np.arange(m)[:, None], idx] = np.arange(W)[None, :]
+    return _positions(pos, idx)
+
+
+def _descend(nodes: np.ndarray, swap: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The next level's nodes in slot order: each node a's halves 2a, 2a + 1, swapped where ``swap``; into
+    ``out`` (2 · len(nodes))."""
+    first = nodes * 2
+    first += swap  # the half that goes first: 2a, or 2a + 1 when node a swaps
+    out[0::2] = first
+    out[1::2] = first ^ 1
+    return out
+
+
+def _positions(pos: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``pos`` [m, W] filled with the new rank of each old rank, from ``idx`` [m, W] (the old rank at each new
+    position)."""
+    pos[np.arange(len(idx))[:, None], idx] = np.arange(idx.shape[1])[None, :]
     return pos
 
 
@@ -141,12 +152,7 @@ def _balance_slow(loads: np.ndarray, slow: np.ndarray, pos: np.ndarray) -> np.nd
             x0, x1 = h0[k, off + A], h1[k, off + A]
             stay = np.maximum(c[:, 0] + x0 * f[:, 0], c[:, 1] + x1 * f[:, 1])
             swap = np.maximum(c[:, 0] + x1 * f[:, 0], c[:, 1] + x0 * f[:, 1])
-            first = A * 2
-            first += swap < stay
-            A = halves[lv]
-            A[0::2] = first
-            A[1::2] = first ^ 1
+            A = _descend(A, swap < stay, halves[lv])
         idx[k] = A
         total += loads[k][A]
-    pos[np.arange(m)[:, None], idx] = np.arange(W)[None, :]
-    return pos
+    return _positions(pos, idx)
