@@ -43,8 +43,8 @@ from dcpsim.policies.hydra_order import best_order, height_profile, makespans
 from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_msearch import choose_target
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees
-from dcpsim.policies.hydra_work import (Pricer, allowed_degrees, build_grid, engine_options, rank_loads,
-                                        sorted_unique)
+from dcpsim.policies.hydra_work import (OPTION_KEY, Pricer, allowed_degrees, build_grid, engine_options,
+                                        prices_fixed_costs, rank_loads, sorted_unique)
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 
@@ -57,7 +57,6 @@ __all__ = ["HyDra", "rank_loads"]
 # 1..W: auto takes 2-5x the planning time of pow2 alone on the shipped scenarios, W = 16 to 88; larger pools,
 # such as the speed benchmark's W = 256, plan pow2 alone)
 ANY_MAX_POOL = 128
-_PAIR = 1 << 20  # (size, ulysses) → size · _PAIR + ulysses
 
 
 def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
@@ -111,8 +110,7 @@ class HyDra:
             # h100-512-256k seed 0, 21 where 29 is 2% faster).
             # The two are compared by ``columns_s``: the recurrence run by every rank's own loads (after
             # pow2's mirroring, which evens the ranks' totals out and which the heights alone do not credit).
-            legacy = not getattr(getattr(cost_model, "terms", None), "fixed_costs", True)  # the first plans
-            both = job.pool <= ANY_MAX_POOL and not legacy
+            both = job.pool <= ANY_MAX_POOL and prices_fixed_costs(cost_model)  # legacy: the first plans
             best = replace(self, degrees="pow2")._plan(batch, job, cost_model, columns=both)
             if both:
                 alt = replace(self, degrees="any")._plan(batch, job, cost_model, columns=True,
@@ -277,9 +275,9 @@ class HyDra:
             for c, (_, u, _) in best.items():
                 u_seq[(sizes == c) & ~heavy] = u
         shares = pricer.work(np.arange(len(lengths)), sizes, u_seq)
-        pairs = sorted_unique(sizes * _PAIR + u_seq)
-        o = pricer.overhead(pairs // _PAIR, pairs % _PAIR)
-        ovh = {(int(k) // _PAIR, int(k) % _PAIR): float(x) for k, x in zip(pairs.tolist(), o.tolist())}
+        pairs = sorted_unique(sizes * OPTION_KEY + u_seq)
+        o = pricer.overhead(pairs // OPTION_KEY, pairs % OPTION_KEY)
+        ovh = {(int(k) // OPTION_KEY, int(k) % OPTION_KEY): float(x) for k, x in zip(pairs.tolist(), o.tolist())}
         return u_seq, shares, ovh
 
     # ---- step 5: engines, order, plan -------------------------------------------------------------------

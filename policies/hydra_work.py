@@ -101,14 +101,25 @@ def _price(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_mod
     return t.max(axis=0) if len(t) > 1 else t[0]
 
 
+OPTION_KEY_BITS = 20
+OPTION_KEY = 1 << OPTION_KEY_BITS  # a group option (size, ulysses) as one integer: size · OPTION_KEY + ulysses
+
+
+def prices_fixed_costs(cost_model: CostModel) -> bool:
+    """Whether the cost model prices the per-layer, per-ring-step and per-microbatch fixed costs
+    (``CostTerms.fixed_costs``; models without terms do). Off (``--cost-terms legacy``), HyDra plans as its
+    first version did: no extra-overhead share in the target, no height profile, one microbatch count."""
+    return bool(getattr(getattr(cost_model, "terms", None), "fixed_costs", True))
+
+
 def group_overhead(sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel) -> np.ndarray:
     """Fixed time (s) of a group of ``sizes`` ranks with engine ``ulysses``: its cost at zero tokens,
     extrapolated from probes of 1 and 2 tokens (never negative)."""
     sizes = np.asarray(sizes, dtype=np.int64)
     ulysses = np.asarray(ulysses, dtype=np.int64)
-    key = sizes * (1 << 20) + ulysses
+    key = sizes * OPTION_KEY + ulysses
     uniq, inv = np.unique(key, return_inverse=True)
-    us_, uu = uniq >> 20, uniq & ((1 << 20) - 1)
+    us_, uu = uniq >> OPTION_KEY_BITS, uniq & (OPTION_KEY - 1)
     k = len(uniq)
     t = _price(np.r_[np.ones(k, dtype=np.int64), np.full(k, 2, dtype=np.int64)], np.r_[us_, us_], np.r_[uu, uu],
                cost_model)
@@ -126,8 +137,6 @@ def sequence_work(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
     return np.maximum(_MIN_WORK_S, iso - group_overhead(sizes, ulysses, cost_model))
 
 
-_KEY_BITS = 20
-_KEY = 1 << _KEY_BITS  # (size, ulysses) → size · _KEY + ulysses
 LOWER_SAFETY = 0.98  # Pricer.lower: margin below the grid's work (a screen, never a price)
 
 
@@ -155,7 +164,7 @@ class Pricer:
         self._shift = max(len(self.uniq) - 1, 1).bit_length()
         self._tab = np.full((8, 1 << self._shift), np.nan)
         self._tab_ovh = np.full(8, np.nan)  # [rows] group overhead (s)
-        self._row_key = np.zeros(8, dtype=np.int64)  # [rows] size · _KEY + ulysses
+        self._row_key = np.zeros(8, dtype=np.int64)  # [rows] size · OPTION_KEY + ulysses
         self._rows = 0
         self._lut = np.full((1, 1), -1, dtype=np.int64)  # [size, ulysses] → row
 
@@ -173,7 +182,7 @@ class Pricer:
             rk = np.zeros(cap, dtype=np.int64)
             rk[:self._rows] = self._row_key[:self._rows]
             self._tab, self._tab_ovh, self._row_key = tab, ovh, rk
-        c, u = keys // _KEY, keys % _KEY
+        c, u = keys // OPTION_KEY, keys % OPTION_KEY
         shape = (max(int(c.max()) + 1, self._lut.shape[0]), max(int(u.max()) + 1, self._lut.shape[1]))
         if shape != self._lut.shape:
             lut = np.full(shape, -1, dtype=np.int64)
@@ -186,7 +195,7 @@ class Pricer:
     def _row_of(self, size: int, ulysses: int) -> int:
         lut = self._lut
         if size >= lut.shape[0] or ulysses >= lut.shape[1] or lut[size, ulysses] < 0:
-            self._new_rows(np.array([size * _KEY + ulysses], dtype=np.int64))
+            self._new_rows(np.array([size * OPTION_KEY + ulysses], dtype=np.int64))
         return int(self._lut[size, ulysses])
 
     def _rows_of(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
@@ -199,8 +208,8 @@ class Pricer:
             rows = lut[sizes, ulysses]
             if int(rows.min()) >= 0:
                 return rows
-        keys = sorted_unique(sizes * _KEY + ulysses)
-        c, u = keys // _KEY, keys % _KEY
+        keys = sorted_unique(sizes * OPTION_KEY + ulysses)
+        c, u = keys // OPTION_KEY, keys % OPTION_KEY
         known = (c < lut.shape[0]) & (u < lut.shape[1])
         known[known] = lut[c[known], u[known]] >= 0
         self._new_rows(keys[~known])
@@ -221,7 +230,7 @@ class Pricer:
         grid point at or below each length, where the grid's work is non-decreasing in the length (work
         grows with the tokens: GEMMs, attention and the exposed communication max(compute, transfer) all do);
         None where there is no such row."""
-        row = getattr(self, "_grid_rows", {}).get(int(size) * _KEY + int(ulysses))
+        row = getattr(self, "_grid_rows", {}).get(int(size) * OPTION_KEY + int(ulysses))
         if row is None:
             return None
         j = np.searchsorted(self._grid, self.uniq[self.inv[np.asarray(pos, dtype=np.int64)]], side="right") - 1
@@ -232,7 +241,7 @@ class Pricer:
         grid points around each length, i.e. linear interpolation in log-log (exact at grid points; the grid
         spans the batch's lengths, so nothing is extrapolated), where the grid's work is non-decreasing, else
         None. Placement ranks candidate groups with it and prices only what it places."""
-        key = int(size) * _KEY + int(ulysses)
+        key = int(size) * OPTION_KEY + int(ulysses)
         row = getattr(self, "_grid_rows", {}).get(key)
         if row is None:
             return None
@@ -251,7 +260,7 @@ class Pricer:
         """Known overheads (keys size · 2^20 + ulysses), priced as :func:`group_overhead` prices them."""
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
         if keys.size:
-            rows = self._rows_of(keys // _KEY, keys % _KEY)  # (may grow the memo)
+            rows = self._rows_of(keys // OPTION_KEY, keys % OPTION_KEY)  # (may grow the memo)
             self._tab_ovh[rows] = np.asarray(overheads, dtype=np.float64)
 
     def _overhead_rows(self, rows: np.ndarray) -> np.ndarray:
@@ -261,7 +270,7 @@ class Pricer:
         if miss.any():
             need = sorted_unique(rows[miss])
             k = self._row_key[need]
-            self._tab_ovh[need] = group_overhead(k // _KEY, k % _KEY, self.cost_model)
+            self._tab_ovh[need] = group_overhead(k // OPTION_KEY, k % OPTION_KEY, self.cost_model)
             o = self._tab_ovh[rows]
         return o
 
@@ -295,7 +304,7 @@ class Pricer:
             need = sorted_unique(flat_miss)
             r, j = need >> sh, need & ((1 << sh) - 1)
             k = self._row_key[r]
-            iso = _price(self.uniq[j], k >> _KEY_BITS, k & (_KEY - 1), self.cost_model, self.stages)
+            iso = _price(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), self.cost_model, self.stages)
             tab[need] = np.maximum(_MIN_WORK_S, iso - self._overhead_rows(r))
             out[miss] = tab[flat_miss]
         return out
@@ -426,7 +435,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         pricer.narrow(t[:, :P * n_opt])
         t12 = t[:, P * n_opt:].max(axis=0)
         o_all = np.maximum(0.0, 2.0 * t12[:n_opt] - t12[n_opt:])
-        keys = oc * _KEY + opt_u_a
+        keys = oc * OPTION_KEY + opt_u_a
         pricer.set_overheads(keys, o_all)
         # the work at the pricer's stages: the probes' columns are already priced (at every stage), the rest
         # of the grid too when those stages are the last one's class
@@ -460,7 +469,6 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         with np.errstate(divide="ignore", invalid="ignore"):
             expo_cell[1:] = np.log(w0[1:] / w0[:-1]) / np.log(grid[1:] / grid[:-1])
     scale = (lengths / grid[cell]) ** np.nan_to_num(expo_cell, nan=1.0)[cell]
-    terms = getattr(cost_model, "terms", None)
     stage_scale = None
     if pricer is not None and len(t) > 1:
         # The first option's probes (the smallest degree), each stage's time over the heaviest stage's; every
@@ -471,7 +479,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         wt = np.bincount(j, weights=best_w[cell, 0] * scale, minlength=P)
         stage_scale = ratio_s @ wt / max(float(wt.sum()), 1e-30)
     return WorkGrid(grid, degrees, best_u, best_o, best_w, fits, cell, scale,
-                    extra_overhead=bool(getattr(terms, "fixed_costs", True)), stage_scale=stage_scale)
+                    extra_overhead=prices_fixed_costs(cost_model), stage_scale=stage_scale)
 
 
 # ---- the load of a finished plan ---------------------------------------------------------------------------
