@@ -30,7 +30,7 @@ the per-microbatch capacities ``microbatch_caps_s``, the budget ``max_tokens_per
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra_columns import balance_columns
 from dcpsim.policies.hydra_order import best_order, height_profile, makespans
 from dcpsim.policies.hydra_placement import Layout, place
-from dcpsim.policies.hydra_msearch import choose_target
+from dcpsim.policies.hydra_msearch import TargetChoice, choose_target
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees
 from dcpsim.policies.hydra_work import (OPTION_KEY, Pricer, allowed_degrees, build_grid, engine_options,
                                         prices_fixed_costs, rank_loads, sorted_unique)
@@ -57,6 +57,18 @@ __all__ = ["HyDra", "rank_loads"]
 # 1..W: auto takes 2-5x the planning time of pow2 alone on the shipped scenarios, W = 16 to 88; larger pools,
 # such as the speed benchmark's W = 256, plan pow2 alone)
 ANY_MAX_POOL = 128
+
+
+class _Draft(NamedTuple):
+    """One microbatch count's placement, ordered and scored (the 1F1B recurrence of its heights), before
+    engines and the Plan are made for the winner."""
+
+    score: float
+    layout: Layout
+    keys: list[int]  # microbatches in placement numbering
+    order: list[int]  # the run order: indices into keys
+    choice: TargetChoice
+    n_heavy: int
 
 
 def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
@@ -151,7 +163,7 @@ class HyDra:
         use_profile = (not first_version) if self.profile is None else self.profile
         candidates = (1 if first_version else 3) if self.m_candidates is None else self.m_candidates
 
-        def build(choice) -> tuple[float, tuple]:
+        def build(choice) -> _Draft:
             tau = choice.tau
             k_seq, u_seq, heavy = self._degrees(grid, tm, tau, lengths, kmin, pricer)
             sizes = D[k_seq]
@@ -175,15 +187,9 @@ class HyDra:
                            fill_estimate=pricer.estimate)
             keys, order, score = self._order(layout, tau, job.pp, 0 if profile is None else len(profile),
                                              grid.stage_scale)
-            return score, (layout, keys, order, choice, int(heavy.sum()), score)
+            return _Draft(score, layout, keys, order, choice, int(heavy.sum()))
 
-        def finish(draft) -> Plan:
-            layout, keys, order, ch, n_heavy, sc = draft
-            engines = self._engines(layout, job, pricer)
-            return self._assemble(W, job.pp, layout, keys, order, engines, ids, M, ch, n_heavy, sc,
-                                  grid.stage_scale, columns)
-
-        score, draft = build(choice)
+        draft = build(choice)
         if self.num_microbatches is None:
             # The closed-form pick of m misses at times (h100-512-256k seed 0: 85 microbatches, 36 is 8% faster):
             # place ⌈m/2⌉ and ⌈m/3⌉ too and keep the layout whose own microbatch heights run fastest through the
@@ -201,11 +207,11 @@ class HyDra:
                 if m_got in tried or (m_alt not in extra_m and m_got > m0):  # extra counts may exceed m
                     continue
                 tried.add(m_got)
-                s_alt, d_alt = build(alt)
-                if s_alt < score * (1 - 1e-9):
-                    score, draft = s_alt, d_alt
-        plan = finish(draft)
-        return plan
+                other = build(alt)
+                if other.score < draft.score * (1 - 1e-9):
+                    draft = other
+        engines = self._engines(draft.layout, job, pricer)
+        return self._assemble(W, job.pp, draft, engines, ids, M, grid.stage_scale, columns)
 
     # ---- step 3: degrees ------------------------------------------------------------------------------
     def _degrees(self, grid, tm, tau: float, lengths: np.ndarray, kmin: np.ndarray, pricer: Pricer):
@@ -346,12 +352,12 @@ class HyDra:
             score = float(makespans(height[order][None, :], pp, stage_scale=stage_scale)[0])
         return keys, order, score
 
-    def _assemble(self, W: int, pp: int, layout: Layout, keys: list[int], order: list[int], engines: np.ndarray,
-                  ids: np.ndarray, M: int, choice, n_heavy: int, score: float,
+    def _assemble(self, W: int, pp: int, draft: _Draft, engines: np.ndarray, ids: np.ndarray, M: int,
                   stage_scale: np.ndarray | None = None, columns: bool = False) -> Plan:
-        """Balance the columns (aligned mirroring) of the microbatches in run order, build the Plan; ``score``:
-        the recurrence's makespan of its heights (:meth:`_order`); ``columns``: also the largest of every
-        rank's own column through the recurrence after the mirroring (``meta["columns_s"]``)."""
+        """Balance the columns (aligned mirroring) of the draft's microbatches in run order, build the Plan;
+        ``columns``: also the largest of every rank's own column through the recurrence after the mirroring
+        (``meta["columns_s"]``)."""
+        layout, keys, order, choice = draft.layout, draft.keys, draft.order, draft.choice
         run_of = np.zeros(len(layout.caps), dtype=np.int64)  # microbatch key → position in the run order
         run_of[np.asarray(keys, dtype=np.int64)[order]] = np.arange(len(keys))
         rows = run_of[layout.mb]
@@ -389,8 +395,8 @@ class HyDra:
         return make_plan(
             self.name, W, mbs,
             target_s=choice.tau, tolerance=self.tolerance, num_microbatches=len(keys),
-            chosen_microbatches=choice.m_light + choice.m_heavy, heavy_sequences=n_heavy,
+            chosen_microbatches=choice.m_light + choice.m_heavy, heavy_sequences=draft.n_heavy,
             heavy_microbatches=layout.heavy_mbs, microbatch_caps_s=caps, max_tokens_per_rank=M,
-            estimate_s=choice.estimate_s, recurrence_s=score, degrees=self.degrees,
+            estimate_s=choice.estimate_s, recurrence_s=draft.score, degrees=self.degrees,
             stage_scale=None if stage_scale is None else [float(x) for x in stage_scale],
             cp_engine=self.cp_engine, **col_meta)
