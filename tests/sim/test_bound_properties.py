@@ -160,6 +160,15 @@ def test_flexsp_milp_plans_never_beat_the_bound(layout, n, seed) -> None:
     assert T >= iteration_bound(lengths, cm).bound_s * (1 - REL)
 
 
+def _random_group(job, seed: int):
+    """A random group of ``job``'s pool: (the generator, its degree c, a Ulysses degree u | c the validator
+    accepts, 1–11 lengths below 200K)."""
+    rng = np.random.default_rng(seed)
+    c = int(rng.integers(1, job.pool + 1))
+    u = int(rng.choice([u for u in ulysses_options(job) if c % u == 0]))
+    return rng, c, u, rng.integers(1, 200_000, int(rng.integers(1, 12)))
+
+
 @settings(max_examples=200, deadline=None)
 @given(layout=layouts(), seed=st.integers(0, 2**31 - 1), stage=st.integers(0, 3))
 def test_compute_decomposes_as_the_proof_assumes(layout, seed, stage) -> None:
@@ -170,11 +179,7 @@ def test_compute_decomposes_as_the_proof_assumes(layout, seed, stage) -> None:
     terms; constant), and so be ≥ any one of its sequences alone (the chain's use)."""
     job, cm = layout
     s = stage % job.pp
-    rng = np.random.default_rng(seed)
-    us = ulysses_options(job)
-    c = int(rng.integers(1, job.pool + 1))
-    u = int(rng.choice([u for u in us if c % u == 0]))
-    L = rng.integers(1, 200_000, int(rng.integers(1, 12)))
+    rng, c, u, L = _random_group(job, seed)
 
     def comp(lens, size=c):
         G = 1
@@ -200,17 +205,13 @@ def test_compute_decomposes_as_the_proof_assumes(layout, seed, stage) -> None:
 @settings(max_examples=200, deadline=None)
 @given(layout=layouts(), seed=st.integers(0, 2**31 - 1), stage=st.integers(0, 3))
 def test_ulysses_floor_is_below_the_exposed_cp_comm(layout, seed, stage) -> None:
-    """Assumption U: a group's exposed CP communication (ring + Ulysses all-to-all + EP) per rank is at least
-    ``sim.bound.ulysses_floor`` of its tokens per rank and Ulysses degree, wherever its members sit (random
-    non-contiguous members here); and for a Ulysses-only group (no ring) inside one NVLink domain of a dense
+    """Assumption U: a group's exposed CP communication (ring + Ulysses all-to-all; the MoE EP all-to-alls have
+    fields of their own) per rank is at least ``sim.bound.ulysses_floor`` of its tokens per rank and Ulysses
+    degree, wherever its members sit (random non-contiguous members here); and for a Ulysses-only group (no ring) inside one NVLink domain of a dense
     model the floor is its whole CP communication when NVLink is the cheaper link class."""
     job, cm = layout
     s = stage % job.pp
-    rng = np.random.default_rng(seed)
-    us = ulysses_options(job)
-    c = int(rng.integers(1, job.pool + 1))
-    u = int(rng.choice([u for u in us if c % u == 0]))
-    L = rng.integers(1, 200_000, int(rng.integers(1, 12)))
+    rng, c, u, L = _random_group(job, seed)
     members = rng.permutation(job.pool)[:c].astype(np.int64)
     gb = GroupBatch(L.astype(np.int64), np.zeros(len(L), dtype=np.int64), np.array([c]), np.array([u]),
                     members[:1].copy(), member_rank=members, member_group=np.zeros(c, dtype=np.int64))
