@@ -43,8 +43,9 @@ from dcpsim.policies.hydra_order import best_order, height_profile, makespans
 from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_msearch import TargetChoice, choose_target
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees
-from dcpsim.policies.hydra_work import (OPTION_KEY, Pricer, allowed_degrees, build_grid, engine_options,
-                                        prices_fixed_costs, rank_loads, sorted_unique)
+from dcpsim.policies.hydra_grid import build_grid
+from dcpsim.policies.hydra_work import (OPTION_KEY, Pricer, allowed_degrees, engine_options, prices_fixed_costs,
+                                        rank_loads, sorted_unique)
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 

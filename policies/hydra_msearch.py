@@ -26,7 +26,7 @@ import numpy as np
 
 from dcpsim.policies.hydra_order import best_makespans, ramped
 from dcpsim.policies.hydra_target import TargetModel, alone_load, pack_heights
-from dcpsim.policies.hydra_work import WorkGrid
+from dcpsim.policies.hydra_grid import WorkGrid
 
 TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
 REFINE_WITHIN = 1.10  # candidates within this factor of the best Σh + (p−1)·max h get the recurrence

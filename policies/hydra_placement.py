@@ -277,7 +277,7 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
     the classes it may use; a sequence that fits nowhere opens a microbatch. Returns the :class:`Layout` of
     phase A's bins and the used blocks."""
     cf, uf = fill
-    W, lim = pk.W, pk.M * (1 + 1e-12)
+    lim = pk.M * (1 + 1e-12)
     bins = pk.bins
     classes = sorted({(b.size, b.u) for b in bins} | {fill})
     ci = {c: i for i, c in enumerate(classes)}

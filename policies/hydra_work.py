@@ -33,7 +33,6 @@ engine) priced once, at the stages that can be the heaviest (tests/policies/test
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,7 +46,7 @@ from dcpsim.policies.plan import Plan
 if TYPE_CHECKING:
     from dcpsim.traces.batching import GlobalBatch
 
-_MIN_WORK_S = 1e-12  # a priced share is never zero: every sequence costs something
+MIN_WORK_S = 1e-12  # a priced share is never zero: every sequence costs something
 
 
 def sorted_unique(a: np.ndarray) -> np.ndarray:
@@ -57,14 +56,14 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if a.size > 1 else a
 
 
-def _stage_classes(cost_model: CostModel) -> tuple[int, ...]:
+def stage_classes_of(cost_model: CostModel) -> tuple[int, ...]:
     """Each pipeline stage's class: the first stage that costs the same numbers (AnalyticCostModel.stage_classes;
     every stage its own for a cost model that does not say)."""
     f = getattr(cost_model, "stage_classes", None)
     return tuple(f()) if f is not None else tuple(range(getattr(cost_model.job, "pp", 1)))
 
 
-def _totals(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
+def stage_totals(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
             stage: int) -> np.ndarray:
     """[n]: time (s) of each length alone in a group of ``sizes`` ranks (inner Ulysses ``ulysses``) at ``stage``."""
     n = len(lengths)
@@ -78,21 +77,21 @@ def _stage_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, co
                  stages: tuple[int, ...] | None = None) -> np.ndarray:
     """[len(stages), n]: time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses
     degree ``ulysses`` at each of ``stages`` (None: every pipeline stage); one cost-model call per class of
-    stages that cost the same (:func:`_stage_classes`)."""
+    stages that cost the same (:func:`stage_classes_of`)."""
     n = len(lengths)
     if stages is None:
         stages = tuple(range(getattr(cost_model.job, "pp", 1)))
     if n == 0:
         return np.zeros((len(stages), 0))
-    rep = _stage_classes(cost_model)
+    rep = stage_classes_of(cost_model)
     rows: dict[int, np.ndarray] = {}
     for s in stages:
         if rep[s] not in rows:
-            rows[rep[s]] = _totals(lengths, sizes, ulysses, cost_model, rep[s])
+            rows[rep[s]] = stage_totals(lengths, sizes, ulysses, cost_model, rep[s])
     return np.stack([rows[rep[s]] for s in stages])
 
 
-def _price(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
+def alone_time(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
            stages: tuple[int, ...] | None = None) -> np.ndarray:
     """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``, at
     the pipeline stage where it is largest (the first stage adds the embedding, the last the LM head and
@@ -121,7 +120,7 @@ def group_overhead(sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel
     uniq, inv = np.unique(key, return_inverse=True)
     us_, uu = uniq >> OPTION_KEY_BITS, uniq & (OPTION_KEY - 1)
     k = len(uniq)
-    t = _price(np.r_[np.ones(k, dtype=np.int64), np.full(k, 2, dtype=np.int64)], np.r_[us_, us_], np.r_[uu, uu],
+    t = alone_time(np.r_[np.ones(k, dtype=np.int64), np.full(k, 2, dtype=np.int64)], np.r_[us_, us_], np.r_[uu, uu],
                cost_model)
     return np.maximum(0.0, 2.0 * t[:k] - t[k:])[inv]
 
@@ -133,8 +132,8 @@ def sequence_work(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
     lengths = np.asarray(lengths, dtype=np.int64)
     if len(lengths) == 0:
         return np.zeros(0)
-    iso = _price(lengths, sizes, ulysses, cost_model)
-    return np.maximum(_MIN_WORK_S, iso - group_overhead(sizes, ulysses, cost_model))
+    iso = alone_time(lengths, sizes, ulysses, cost_model)
+    return np.maximum(MIN_WORK_S, iso - group_overhead(sizes, ulysses, cost_model))
 
 
 LOWER_SAFETY = 0.98  # Pricer.lower: margin below the grid's work (a screen, never a price)
@@ -147,7 +146,7 @@ class Pricer:
     :func:`group_overhead`; each call prices only what no earlier call priced, all of it in one cost-model call
     per stage. Sequences of equal length share their price. Overheads are read at every stage. The work is
     read at ``stages``: every stage until :meth:`narrow` keeps those that are the heaviest somewhere on a
-    probe set (:func:`build_grid` probes every option on a geometric subgrid of the batch's lengths); with the
+    probe set (:func:`policies.hydra_grid.build_grid` probes every option on a geometric subgrid of the batch's lengths); with the
     analytic model that is the last stage (the LM head and loss make it the heaviest everywhere), a quarter of
     the pricing at p = 4. ``narrow=False`` keeps every stage: the reference path the tests compare with.
     """
@@ -247,7 +246,7 @@ class Pricer:
             return None
         logs = self._log_rows.get(key)
         if logs is None:
-            logs = self._log_rows[key] = np.log(np.maximum(row, _MIN_WORK_S))
+            logs = self._log_rows[key] = np.log(np.maximum(row, MIN_WORK_S))
         return np.exp(np.interp(self._log_len[self.inv[np.asarray(pos, dtype=np.int64)]], self._log_grid, logs))
 
     def narrow(self, stage_times: np.ndarray) -> None:
@@ -304,8 +303,8 @@ class Pricer:
             need = sorted_unique(flat_miss)
             r, j = need >> sh, need & ((1 << sh) - 1)
             k = self._row_key[r]
-            iso = _price(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), self.cost_model, self.stages)
-            tab[need] = np.maximum(_MIN_WORK_S, iso - self._overhead_rows(r))
+            iso = alone_time(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), self.cost_model, self.stages)
+            tab[need] = np.maximum(MIN_WORK_S, iso - self._overhead_rows(r))
             out[miss] = tab[flat_miss]
         return out
 
@@ -350,136 +349,6 @@ def allowed_degrees(pool: int, mode: str, min_cp_size: int, cp_engine: str, job:
                           f"cp_engine = {cp_engine!r} (KV heads per rank {job.kv_heads_per_rank}); "
                           "use cp_engine hybrid or auto")
     return np.asarray(out, dtype=np.int64)
-
-
-@dataclass(frozen=True)
-class WorkGrid:
-    """Work on a geometric grid of lengths × the allowed degrees, for choosing τ, m and degrees.
-
-    ``work[j, k]`` is the per-rank work of a sequence of ``lengths[j]`` tokens at degree ``degrees[k]`` with
-    the engine ``ulysses[j, k]`` that makes its load alone (work + ``overhead[j, k]``) smallest; ``fits[j, k]``
-    says whether lengths[j] / degrees[k] tokens fit the per-rank budget. Sequences map to the grid point at
-    or above their length (``cell``) and carry a weight ``scale`` ≈ work(L) / work(grid point) from the local
-    power law, so that sums over a cell are accurate.
-    """
-
-    lengths: np.ndarray  # [G] int64 ascending
-    degrees: np.ndarray  # [K]
-    ulysses: np.ndarray  # [G, K]
-    overhead: np.ndarray  # [G, K]
-    work: np.ndarray  # [G, K]
-    fits: np.ndarray  # [G, K] bool
-    cell: np.ndarray  # [n] grid index of each sequence
-    scale: np.ndarray  # [n]
-    # charge a group above the smallest degree its extra overhead in the target (hydra_target): on when the
-    # cost model prices fixed costs (CostTerms.fixed_costs), off for the first version's model (legacy plans)
-    extra_overhead: bool = True
-    # [p] each stage's time as a fraction of the heaviest stage's (the loads HyDra prices), the batch's work
-    # weighted mean over the probes of the smallest degree (build_grid); None: not measured (every stage 1)
-    stage_scale: np.ndarray | None = None
-
-
-def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: JobSpec,
-               cost_model: CostModel, budget: int, ratio: float = 1.05, max_points: int = 160,
-               pricer: Pricer | None = None) -> WorkGrid:
-    """Price a geometric grid spanning the batch's lengths at every allowed degree and engine (one call).
-
-    With a ``pricer``, every option is first priced at every stage on every fourth grid point (and the
-    last), the pricer narrowed to the stages that are the heaviest there, and the grid priced at those."""
-    lo, hi = int(lengths.min()), int(lengths.max())
-    npts = int(min(max_points, max(2, np.ceil(np.log(hi / lo) / np.log(ratio)) + 1))) if hi > lo else 1
-    grid = sorted_unique(np.r_[np.round(np.geomspace(lo, hi, npts)).astype(np.int64), lo, hi])
-    G, K = len(grid), len(degrees)
-    opt_k, opt_u = [], []
-    for k, c in enumerate(degrees.tolist()):
-        for u in engine_options(c, cp_engine, job):
-            opt_k.append(k)
-            opt_u.append(u)
-    opt_k_a, opt_u_a = np.asarray(opt_k), np.asarray(opt_u)
-    n_opt = len(opt_k)
-    oc = degrees[opt_k_a]
-    if pricer is None:
-        w_all = sequence_work(np.tile(grid, n_opt), np.repeat(oc, G), np.repeat(opt_u_a, G),
-                              cost_model).reshape(n_opt, G)
-        o_all = group_overhead(oc, opt_u_a, cost_model)
-    else:
-        probe = np.arange(0, G, 4)
-        if probe[-1] != G - 1:
-            probe = np.append(probe, G - 1)
-        P = len(probe)
-        rest = np.ones(G, dtype=bool)
-        rest[probe] = False
-        R = G - P
-        # the probes, then every option at 1 and 2 tokens (its overhead, as group_overhead prices it) ...
-        probe_l = np.concatenate([np.tile(grid[probe], n_opt), np.ones(n_opt, np.int64),
-                                  np.full(n_opt, 2, np.int64)])
-        probe_c = np.concatenate([np.repeat(oc, P), oc, oc])
-        probe_u = np.concatenate([np.repeat(opt_u_a, P), opt_u_a, opt_u_a])
-        rest_l, rest_c, rest_u = np.tile(grid[rest], n_opt), np.repeat(oc, R), np.repeat(opt_u_a, R)
-        # ... in one call per class of stages that cost the same; the last stage's class (the analytic model's
-        # heaviest everywhere: the LM head and loss) prices the rest of the grid too, kept if the pricer narrows
-        # to that class (else priced again at the stages it keeps)
-        pp = getattr(cost_model.job, "pp", 1)
-        rep = _stage_classes(cost_model)
-        last = rep[pp - 1]
-        t_of: dict[int, np.ndarray] = {}
-        rest_last = None
-        for r in sorted(set(rep)):
-            if r == last and R:
-                both = _totals(np.concatenate([probe_l, rest_l]), np.concatenate([probe_c, rest_c]),
-                               np.concatenate([probe_u, rest_u]), cost_model, r)
-                t_of[r], rest_last = both[:len(probe_l)], both[len(probe_l):]
-            else:
-                t_of[r] = _totals(probe_l, probe_c, probe_u, cost_model, r)
-        t = np.stack([t_of[rep[s]] for s in range(pp)])
-        pricer.narrow(t[:, :P * n_opt])
-        t12 = t[:, P * n_opt:].max(axis=0)
-        o_all = np.maximum(0.0, 2.0 * t12[:n_opt] - t12[n_opt:])
-        keys = oc * OPTION_KEY + opt_u_a
-        pricer.set_overheads(keys, o_all)
-        # the work at the pricer's stages: the probes' columns are already priced (at every stage), the rest
-        # of the grid too when those stages are the last one's class
-        kept = tuple(range(pp)) if pricer.stages is None else pricer.stages
-        ts = t[list(kept), :P * n_opt]
-        iso = np.empty((n_opt, G))
-        iso[:, probe] = (ts.max(axis=0) if len(ts) > 1 else ts[0]).reshape(n_opt, P)
-        if R:
-            if rest_last is None or any(rep[s] != last for s in kept):
-                rest_last = _price(rest_l, rest_c, rest_u, cost_model, pricer.stages)
-            iso[:, rest] = rest_last.reshape(n_opt, R)
-        w_all = np.maximum(_MIN_WORK_S, iso - o_all[:, None])
-        pricer.set_grid(grid, keys.tolist(), w_all)
-    alone = w_all + o_all[:, None]
-    # the best option of each degree (the options of one degree are consecutive rows; first minimum on ties)
-    ends = np.searchsorted(opt_k_a, np.arange(K + 1))
-    best_r = np.empty((K, G), dtype=np.int64)
-    for k in range(K):
-        a, b = int(ends[k]), int(ends[k + 1])
-        best_r[k] = a + np.argmin(alone[a:b], axis=0)
-    best_r = best_r.T  # [G, K]
-    best_u = opt_u_a[best_r].astype(np.int64)
-    best_w = w_all[best_r, np.arange(G)[:, None]]
-    best_o = o_all[best_r]
-    fits = grid[:, None] <= budget * degrees[None, :]
-    cell = np.searchsorted(grid, lengths, side="left")
-    # Per-sequence scale from the local power law of the smallest degree's column (the exponent per grid cell).
-    w0 = best_w[:, 0]
-    expo_cell = np.ones(G)
-    if G > 1:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            expo_cell[1:] = np.log(w0[1:] / w0[:-1]) / np.log(grid[1:] / grid[:-1])
-    scale = (lengths / grid[cell]) ** np.nan_to_num(expo_cell, nan=1.0)[cell]
-    stage_scale = None
-    if pricer is not None and len(t) > 1:
-        # The first option's probes (the smallest degree), each stage's time over the heaviest stage's; every
-        # sequence reads the probe at or above its length and counts with its work there.
-        tp = t[:, :P]
-        ratio_s = tp / np.maximum(tp.max(axis=0), 1e-30)  # [p, P]
-        j = np.minimum(np.searchsorted(grid[probe], lengths, side="left"), P - 1)
-        wt = np.bincount(j, weights=best_w[cell, 0] * scale, minlength=P)
-        stage_scale = ratio_s @ wt / max(float(wt.sum()), 1e-30)
-    return WorkGrid(grid, degrees, best_u, best_o, best_w, fits, cell, scale,
-                    extra_overhead=prices_fixed_costs(cost_model), stage_scale=stage_scale)
 
 
 # ---- the load of a finished plan ---------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from dcpsim.policies.hydra import HyDra, rank_loads
 from dcpsim.policies.hydra_order import best_order, candidate_orders, makespan, makespans
 from dcpsim.policies.hydra_placement import _Packer, place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, pack_heavy, solve_tau
-from dcpsim.policies.hydra_work import allowed_degrees, build_grid, engine_options, group_overhead, sequence_work
+from dcpsim.policies.hydra_grid import build_grid
+from dcpsim.policies.hydra_work import allowed_degrees, engine_options, group_overhead, sequence_work
 from dcpsim.policies.registry import available_policies, policy_options
 from dcpsim.traces.batching import GlobalBatch
 from dcpsim.traces.errors import TraceError

@@ -15,7 +15,8 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
 from dcpsim.policies import hydra_columns, hydra_msearch, hydra_order, hydra_target
 from dcpsim.policies.hydra_target import build_target_model, pack_heavy
-from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid
+from dcpsim.policies.hydra_grid import build_grid
+from dcpsim.policies.hydra_work import Pricer, allowed_degrees
 from dcpsim.traces import get_preset
 
 from . import _hydra_first_version as first

@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
+from dcpsim.policies.hydra_grid import WorkGrid, build_grid
 from dcpsim.policies.hydra_work import (
     Pricer,
-    WorkGrid,
     allowed_degrees,
-    build_grid,
     group_overhead,
     sequence_work,
 )

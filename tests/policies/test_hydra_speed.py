@@ -13,7 +13,8 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
 from dcpsim.policies import hydra as hydra_mod
 from dcpsim.policies.hydra import HyDra
-from dcpsim.policies.hydra_work import Pricer, allowed_degrees, build_grid, group_overhead, sequence_work
+from dcpsim.policies.hydra_grid import build_grid
+from dcpsim.policies.hydra_work import Pricer, allowed_degrees, group_overhead, sequence_work
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
 
