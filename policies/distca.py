@@ -36,7 +36,6 @@ import numpy as np
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, assign_engines
-from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.validate import check_lengths_fit
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
@@ -65,6 +64,14 @@ def one_f_one_b_microbatches(lengths: np.ndarray, cost_model: CostModel, num_sta
         return max(n, m_min)
     m = round(math.sqrt((num_stages - 1) * A / o))
     return int(min(max(m, m_min, 1), max(n, m_min)))
+
+
+def microbatch_count(requested: int | None, lengths: np.ndarray, cost_model: CostModel, num_stages: int) -> int:
+    """The microbatches to plan: ``requested`` (or the 1F1B pick m*), never fewer than memory needs,
+    ⌈Σ L / (W · M)⌉ (W the pool, M the per-rank token budget)."""
+    W, M = cost_model.job.pool, cost_model.max_tokens_per_rank()
+    m_mem = max(1, math.ceil(float(np.sum(lengths)) / (W * M)))
+    return max(requested or one_f_one_b_microbatches(lengths, cost_model, num_stages, m_mem), m_mem)
 
 
 def _first_window(free: np.ndarray, c: int, rank_load: np.ndarray) -> np.ndarray:
@@ -99,9 +106,7 @@ class DistCA:
         ids, L = np.asarray(batch.seq_ids), np.asarray(batch.lengths, dtype=np.int64)
         check_lengths_fit("distca", ids, L, W * M,
                           f"more than the pool of {W} ranks holds at {M} tokens per rank")
-        m_mem = max(1, math.ceil(float(L.sum()) / (W * M)))
-        m = self.num_microbatches or one_f_one_b_microbatches(L, cost_model, job.pp, m_mem)
-        m = max(m, m_mem)
+        m = microbatch_count(self.num_microbatches, L, cost_model, job.pp)
         F = document_work(L, job)
         target = float(F.sum()) / (W * m) if len(L) else 0.0
         cap = target * (1 + self.tolerance)

@@ -49,7 +49,7 @@ import numpy as np
 
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.distca import one_f_one_b_microbatches
+from dcpsim.policies.distca import microbatch_count
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_for
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.validate import check_lengths_fit
@@ -246,8 +246,7 @@ class FlexSP:
         biggest = max(s for s, _ in blocks)
         check_lengths_fit("flexsp", ids, L, biggest * M,
                           f"more than the largest group ({biggest} ranks) holds at {M} tokens per rank")
-        m_mem = max(1, math.ceil(float(L.sum()) / (W * M)))
-        m = max(self.num_microbatches or one_f_one_b_microbatches(L, cost_model, job.pp, m_mem), m_mem)
+        m = microbatch_count(self.num_microbatches, L, cost_model, job.pp)
         bt_all = block_times(L, blocks, self.cp_engine, job, cost_model, M, self.sizes_per_sequence)
         # LPT on work into m microbatches, each within the pool's tokens.
         work = document_work(L, job)
