@@ -26,6 +26,7 @@ is an error naming the policy, the option, the value and what is valid, never a 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import math
 import numbers
@@ -180,8 +181,10 @@ def option(default: Any, *, ge: float | None = None, gt: float | None = None, le
     return dataclasses.field(default=default, metadata={OPTION_METADATA: meta})
 
 
+@functools.cache
 def option_types(cls: type) -> dict[str, OptionType]:
-    """The options of a dataclass (its init fields, except ``name``) and their types."""
+    """The options of a dataclass (its init fields, except ``name``) and their types (computed once per class:
+    every policy built checks its options against them; callers must not mutate the dict)."""
     if not dataclasses.is_dataclass(cls):
         return {}
     hints = get_type_hints(cls)
