@@ -116,12 +116,19 @@ class _Packer:
         c = self.cursor[k]
         return self.W - c >= size and (not self.aligned or c % size == 0)
 
-    def carve(self, k: int, size: int, u: int) -> Bin:
-        b = Bin(k, self.cursor[k], size, u, self.block_cap(k, self.cursor[k], size), self.overhead[size, u])
-        self.cursor[k] += size
+    def carve(self, k: int, size: int, u: int, pos: int = -1, work: float = 0.0, tokens: float = 0.0) -> Bin:
+        """A new group of ``size`` ranks at microbatch k's cursor; with ``pos`` ≥ 0, holding that sequence."""
+        c0 = self.cursor[k]
+        cap = self.caps[k] if self.slow is None else self.block_cap(k, c0, size)
+        b = Bin(k, c0, size, u, cap, self.overhead[size, u])
+        if pos >= 0:
+            b.seqs.append(pos)
+            b.load += work
+            b.tokens += tokens
+        self.cursor[k] = c0 + size
         self.bins.append(b)
-        heapq.heappush(self.free, (-(self.W - self.cursor[k]), -self.caps[k], k))
-        self.push(len(self.bins) - 1)
+        heapq.heappush(self.free, (size + c0 - self.W, -self.caps[k], k))
+        heapq.heappush(self.classes.setdefault((size, u), []), (b.load - b.cap, len(self.bins) - 1, 0))
         return b
 
     def push(self, gid: int) -> None:
@@ -221,8 +228,7 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     for h in heights.tolist():
         pk.new_mb(h)
     for i, k in zip(hv.tolist(), where.tolist()):
-        pk.carve(k, int(sizes[i]), int(ulysses[i]))
-        pk.add(len(pk.bins) - 1, i, float(shares[i]), float(tok[i]))
+        pk.carve(k, int(sizes[i]), int(ulysses[i]), i, float(shares[i]), float(tok[i]))
     heavy_mbs = len(pk.caps)
     if light_heights is None:
         for _ in range(m_light):
@@ -234,8 +240,9 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     # Phase A: the structure.
     big = np.flatnonzero(~heavy & ~is_fill)
     big = big[np.lexsort((order_key[big], -shares[big], -sizes[big]))]
-    for i in big.tolist():
-        c, u, w, t = int(sizes[i]), int(ulysses[i]), float(shares[i]), float(tok[i])
+    big_l = big.tolist()
+    for i, c, u, w, t in zip(big_l, sizes[big].tolist(), ulysses[big].tolist(), shares[big].tolist(),
+                             tok[big].tolist()):
         hit = pk.best_in_class((c, u), w, t, strict=True)
         if hit is None:
             k = pk.roomiest_mb(c, pk.overhead[c, u] + w)
@@ -244,8 +251,8 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
                 if hit is None:
                     k = pk.new_mb()
             if hit is None:
-                pk.carve(k, c, u)
-                hit = (0.0, len(pk.bins) - 1)
+                pk.carve(k, c, u, i, w, t)
+                continue
         pk.add(hit[1], i, w, t)
     # Phase B: the fill, vectorised (_fill).
     small = np.flatnonzero(is_fill)
@@ -341,11 +348,13 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
     load_l, tok_l = load_a.tolist(), tok_a.tolist()
     csz = [float(c) for c, _ in classes]
     nc = len(classes)
-    heaps: list[list[tuple[float, int]]] = [[] for _ in range(nc)]
-    for g in range(len(mb_l)):
-        heaps[cls_l[g]].append((load_l[g] - cap_l[g], g))
-    for h in heaps:
-        heapq.heapify(h)
+    # each class's bins sorted by (key, bin): a sorted list is a heap, and (key, bin) pairs are unique, so the
+    # heap's tops come in the same order however it is laid out
+    keys_a = load_a - cap_a
+    by = np.lexsort((np.arange(len(keys_a)), keys_a, cls_a))
+    cut = np.searchsorted(cls_a[by], np.arange(nc + 1)).tolist()
+    pairs = list(zip(keys_a[by].tolist(), by.tolist()))
+    heaps: list[list[tuple[float, int]]] = [pairs[cut[c]:cut[c + 1]] for c in range(nc)]
     work_l = [work[j].tolist() for j in range(nc)]
     L_l = L.tolist()
     where_l = [-1] * ns
@@ -357,22 +366,27 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
     tuples = {m: tuple(c for c in range(nc) if m >> c & 1) for m in set(mask)}
     cands = [tuples[m] for m in mask]
 
+    inf = float("inf")
+    tops = [h[0][0] if h else inf for h in heaps]  # each class heap's top key (inf: empty), kept in step
+
     def put(j: int, cand: tuple[int, ...]) -> None:
         """Sequence j into the roomiest bin that takes it among the classes ``cand`` (LPT's step)."""
         Lj = L_l[j]
         while blocked and -blocked[0][0] >= Lj:
             g = heapq.heappop(blocked)[1]
-            heapq.heappush(heaps[cls_l[g]], (load_l[g] - cap_l[g], g))
+            c = cls_l[g]
+            heapq.heappush(heaps[c], (load_l[g] - cap_l[g], g))
+            tops[c] = heaps[c][0][0]
         skip = 0  # classes ruled out for this sequence (bit mask)
         while True:
             best, bc = 1.0, -1  # most room = most negative key
             for c in cand:
-                h = heaps[c]
-                if h and h[0][0] < best and not skip >> c & 1:
-                    best, bc = h[0][0], c
+                if tops[c] < best and not skip >> c & 1:
+                    best, bc = tops[c], c
             if bc < 0:  # fits nowhere: a new microbatch, tall enough for it on its first block even if slow
                 k = pk.new_mb((ovh_f + work_l[fc][j]) * pk.slowest(0, cf))
                 f, c_ = _blocks(pk, k, cf)
+                h = heaps[fc]
                 for fr, cp in zip(f.tolist(), c_.tolist()):
                     g = len(mb_l)
                     mb_l.append(k)
@@ -381,22 +395,26 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
                     cap_l.append(cp)
                     load_l.append(ovh_f)
                     tok_l.append(0.0)
-                    heapq.heappush(heaps[fc], (ovh_f - cp, g))
+                    heapq.heappush(h, (ovh_f - cp, g))
+                tops[fc] = h[0][0] if h else inf
                 skip = 0
                 continue
             w = work_l[bc][j]
             if best + w > 0.0:  # the roomiest bin of this class cannot take it: none of the class can
                 skip |= 1 << bc
                 continue
-            g = heaps[bc][0][1]
+            h = heaps[bc]
+            g = h[0][1]
             t = Lj / csz[bc]
             if tok_l[g] + t > lim_:
-                heapq.heappop(heaps[bc])
+                heapq.heappop(h)
+                tops[bc] = h[0][0] if h else inf
                 heapq.heappush(blocked, (-(lim_ - tok_l[g]) * csz[bc], g))
                 continue
             load_l[g] += w
             tok_l[g] += t
-            heapq.heapreplace(heaps[bc], (load_l[g] - cap_l[g], g))
+            heapq.heapreplace(h, (load_l[g] - cap_l[g], g))
+            tops[bc] = h[0][0]
             where_l[j] = g
             return
 
@@ -407,16 +425,22 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
         # work in log-log, above the work where that is log-log convex (a sum of powers of L: GEMMs,
         # attention); where it fell short and a group ends above its capacity, the group gives its fill
         # sequences back and they go to fill-class bins (none did on the shipped scenarios).
-        other = [j for j in range(ns) if cls_l[where_l[j]] != fc]
-        if other:
-            oc = np.asarray([cls_l[where_l[j]] for j in other], dtype=np.int64)
-            exact = fill_work(small[other], csize[oc].astype(np.int64),
-                              np.asarray([u for _, u in classes], dtype=np.int64)[oc]).tolist()
-            for j, c, x in zip(other, oc.tolist(), exact):
-                load_l[where_l[j]] += x - work_l[c][j]
-                work_l[c][j] = x
-            over = {g for g in (where_l[j] for j in other) if load_l[g] > cap_l[g] * (1 + 1e-12)}
-            back = [j for j in other if where_l[j] in over]
+        where = np.asarray(where_l, dtype=np.int64)
+        cls_w = np.asarray(cls_l, dtype=np.int64)[where]
+        other_a = np.flatnonzero(cls_w != fc)
+        if other_a.size:
+            oc = cls_w[other_a]
+            exact = fill_work(small[other_a], csize[oc].astype(np.int64),
+                              np.asarray([u for _, u in classes], dtype=np.int64)[oc])
+            loads = np.asarray(load_l, dtype=np.float64)
+            np.add.at(loads, where[other_a], exact - work[oc, other_a])  # in sequence order, as one by one
+            load_l = loads.tolist()
+            g_o = where[other_a]
+            back_a = other_a[(loads > np.asarray(cap_l) * (1 + 1e-12))[g_o]]
+            back = back_a.tolist()
+            if back:  # some group is over (rare): its sequences leave at their exact work
+                for j, x in zip(other_a.tolist(), exact.tolist()):
+                    work_l[cls_l[where_l[j]]][j] = x
             for j in back:
                 g, c = where_l[j], cls_l[where_l[j]]
                 load_l[g] -= work_l[c][j]
