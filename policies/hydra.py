@@ -39,7 +39,7 @@ from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra_columns import balance_columns
-from dcpsim.policies.hydra_order import best_order, height_profile, makespans
+from dcpsim.policies.hydra_order import best_order, candidate_orders, height_profile, makespans
 from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_msearch import TargetChoice, choose_target
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees
@@ -164,7 +164,9 @@ class HyDra:
         use_profile = (not first_version) if self.profile is None else self.profile
         candidates = (1 if first_version else 3) if self.m_candidates is None else self.m_candidates
 
-        def build(choice) -> _Draft:
+        def build(choice, bound: float | None = None) -> _Draft | None:
+            """The draft of one target choice; None if its groups before the fill already score at least
+            ``bound`` (another draft's score: this one cannot beat it)."""
             tau = choice.tau
             k_seq, u_seq, heavy = self._degrees(grid, tm, tau, lengths, kmin, pricer)
             sizes = D[k_seq]
@@ -181,13 +183,19 @@ class HyDra:
             # Light heights ramp at both ends when the 1F1B recurrence says so (flat when groups, not work, set m).
             profile = (height_profile(choice.m_light, tau, choice.heavy_heights, job.pp)
                        if use_profile and choice.m_light and choice.level >= tau * (1 - 1e-9) else None)
+            n_profile = 0 if profile is None else len(profile)
+
+            def prune(mb: list[int], load: list[float], caps: list[float], heavy_mbs: int) -> bool:
+                return bound is not None and self._structure_bound(
+                    mb, load, caps, heavy_mbs, tau, job.pp, n_profile, grid.stage_scale) >= bound
             layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance,
                            aligned=self.degrees == "pow2", lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
                            m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
                            light_heights=profile, fill_lower=pricer.lower,
-                           fill_estimate=pricer.estimate)
-            keys, order, score = self._order(layout, tau, job.pp, 0 if profile is None else len(profile),
-                                             grid.stage_scale)
+                           fill_estimate=pricer.estimate, prune=None if bound is None else prune)
+            if layout is None:
+                return None
+            keys, order, score = self._order(layout, tau, job.pp, n_profile, grid.stage_scale)
             return _Draft(score, layout, keys, order, choice, int(heavy.sum()))
 
         draft = build(choice)
@@ -208,8 +216,8 @@ class HyDra:
                 if m_got in tried or (m_alt not in extra_m and m_got > m0):  # extra counts may exceed m
                     continue
                 tried.add(m_got)
-                other = build(alt)
-                if other.score < draft.score * (1 - 1e-9):
+                other = build(alt, bound=draft.score * (1 - 1e-9))
+                if other is not None and other.score < draft.score * (1 - 1e-9):
                     draft = other
         engines = self._engines(draft.layout, job, pricer)
         return self._assemble(W, job.pp, draft, engines, ids, M, grid.stage_scale, columns)
@@ -329,17 +337,8 @@ class HyDra:
                stage_scale: np.ndarray | None = None) -> tuple[list[int], list[int], float]:
         """The microbatches' run order by the 1F1B recurrence: their keys (placement numbering), the order
         (indices into keys) and the makespan of their heights (each the tallest group's load) in that order."""
-        keys = sorted_unique(layout.mb).tolist()
-        # a height profile's ramps (its first and last light microbatches below τ) stay at the two ends: the
-        # microbatches placement opened beyond the profile go before the ramp down, the heavy block between
-        first_light = layout.heavy_mbs
-        short = [c < (1.0 + self.tolerance) * tau * (1 - 1e-9)
-                 for c in layout.caps[first_light:first_light + n_profile]]
-        ends = next((i for i, x in enumerate(short) if not x), 0)
-        if ends:
-            prof = [k for k in keys if first_light <= k < first_light + n_profile]
-            extra = [k for k in keys if k >= first_light + n_profile]
-            keys = [k for k in keys if k < first_light] + prof[:len(prof) - ends] + extra + prof[len(prof) - ends:]
+        keys, ends = self._run_keys(sorted_unique(layout.mb).tolist(), layout.caps, layout.heavy_mbs, tau,
+                                    n_profile)
         slot_of = np.zeros(len(layout.caps), dtype=np.int64)
         slot_of[keys] = np.arange(len(keys))
         height = np.zeros(len(keys))
@@ -352,6 +351,37 @@ class HyDra:
             # one the unscaled recurrence picked
             score = float(makespans(height[order][None, :], pp, stage_scale=stage_scale)[0])
         return keys, order, score
+
+    def _run_keys(self, keys: list[int], caps: list[float], heavy_mbs: int, tau: float,
+                  n_profile: int) -> tuple[list[int], int]:
+        """The microbatch keys (ascending) in run-order slots, and the ramp length ``ends`` kept at both ends:
+        a height profile's ramps (its first and last light microbatches below τ) stay at the two ends, the
+        microbatches placement opened beyond the profile go before the ramp down, the heavy block between."""
+        short = [c < (1.0 + self.tolerance) * tau * (1 - 1e-9) for c in caps[heavy_mbs:heavy_mbs + n_profile]]
+        ends = next((i for i, x in enumerate(short) if not x), 0)
+        if ends:
+            prof = [k for k in keys if heavy_mbs <= k < heavy_mbs + n_profile]
+            extra = [k for k in keys if k >= heavy_mbs + n_profile]
+            keys = [k for k in keys if k < heavy_mbs] + prof[:len(prof) - ends] + extra + prof[len(prof) - ends:]
+        return keys, ends
+
+    def _structure_bound(self, mb: list[int], load: list[float], caps: list[float], heavy_mbs: int, tau: float,
+                         pp: int, n_profile: int, stage_scale: np.ndarray | None) -> float:
+        """A lower bound on the score :meth:`_order` gives the finished layout, from its groups before the fill
+        (phase A of :func:`~policies.hydra_placement.place`): the fill only adds load to groups, so every
+        microbatch's height only grows, and the 1F1B recurrence of a fixed order is monotone in every height.
+        The bound is the least stage-scaled makespan over the same candidate orders (every microbatch, empty
+        ones at height 0), at the heights so far."""
+        keys, ends = self._run_keys(list(range(len(caps))), caps, heavy_mbs, tau, n_profile)
+        if not keys:
+            return 0.0
+        slot_of = np.empty(len(caps), dtype=np.int64)
+        slot_of[keys] = np.arange(len(keys))
+        height = np.zeros(len(keys))
+        if mb:
+            np.maximum.at(height, slot_of[np.asarray(mb, dtype=np.int64)], np.asarray(load, dtype=np.float64))
+        orders = candidate_orders(height, np.asarray(keys) < heavy_mbs, pp, ends)
+        return float(makespans(height[orders], pp, stage_scale=stage_scale).min())
 
     def _assemble(self, W: int, pp: int, draft: _Draft, engines: np.ndarray, ids: np.ndarray, M: int,
                   stage_scale: np.ndarray | None = None, columns: bool = False) -> Plan:

@@ -209,14 +209,17 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
           fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
           fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None,
           fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None,
-          light_heights: np.ndarray | None = None) -> Layout:
+          light_heights: np.ndarray | None = None,
+          prune: Callable[[list[int], list[float], list[float], int], bool] | None = None) -> Layout | None:
     """Place every sequence (positions 0..n−1).
 
     ``sizes``, ``ulysses``, ``shares``: each sequence's degree, planning engine and per-rank work there;
     ``heavy``: set apart; ``order_key``: tie-break (the sequence ids); ``overhead[(size, u)]``: a group's fixed
     load; ``slowdown`` ([W] or None): each pool rank's slow-down factor, dividing the capacity of its groups; ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, sizes, u)`` (elementwise)
     prices fill sequences in another class, ``fill_lower`` (optional) a lower bound of that price (or None); ``light_heights``: the target height of each light microbatch in
-    run order (None: τ for all ``m_light``); those below τ take only fill sequences (phase B)."""
+    run order (None: τ for all ``m_light``); those below τ take only fill sequences (phase B); ``prune``
+    (optional): called once phase A is placed with each group's microbatch and load, the microbatches'
+    capacities and the heavy microbatch count; if it returns True, placement stops and returns None."""
     pk = _Packer(pool, budget, tau, tol, aligned, overhead, slowdown)
     tok = lengths / sizes
     is_fill = ~heavy & (sizes == fill[0]) & (ulysses == fill[1])
@@ -254,6 +257,10 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
                 pk.carve(k, c, u, i, w, t)
                 continue
         pk.add(hit[1], i, w, t)
+    # A caller comparing layouts may stop here: prune(group microbatches, group loads, microbatch capacities,
+    # heavy microbatches) sees the groups before the fill, which only adds load to them.
+    if prune is not None and prune([b.mb for b in pk.bins], [b.load for b in pk.bins], pk.caps, heavy_mbs):
+        return None
     # Phase B: the fill, vectorised (_fill).
     small = np.flatnonzero(is_fill)
     small = small[np.lexsort((order_key[small], -shares[small]))]
