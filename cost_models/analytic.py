@@ -73,7 +73,8 @@ class _Select:
 
     def __init__(self, cond) -> None:
         self.cond = cond = np.asarray(cond)
-        self.take = None if cond.ndim == 0 else (False if not cond.any() else (True if cond.all() else None))
+        k = np.count_nonzero(cond) if cond.ndim else -1  # (one count for any() and all())
+        self.take = None if k < 0 else (False if k == 0 else (True if k == cond.size else None))
 
     def __call__(self, if_true, if_false) -> np.ndarray:
         if self.take is not None:
@@ -116,19 +117,49 @@ class AnalyticCostModel:
 
     # ---- one CP group ----------------------------------------------------------------------------------
     def group_costs(self, groups: GroupBatch, stage: int = 0) -> GroupCosts:
-        job, m, cal = self.job, self.job.model, self._cal
-        nl, t = job.layers_per_stage, job.tp
         gid = groups.seq_group
-        size = groups.size.astype(np.float64)
-        u = groups.ulysses.astype(np.float64)
-        r = size / u
         G = groups.num_groups
         L = groups.seq_len.astype(np.float64)
         # Every group holding one sequence, group i sequence i (HyDra's and the bound's probes): each per-group
         # sum below would add one weight to 0.0 and each gather would be the identity; both are skipped (the
         # same numbers: times and token counts are never -0.0).
-        alone = len(L) == G and (G == 0 or (int(gid[0]) == 0 and bool((np.diff(gid) == 1).all())))
-        tokens = L if alone else groups.tokens()
+        alone = len(L) == G and (G == 0 or (int(gid[0]) == 0 and not np.count_nonzero((gid[1:] - gid[:-1]) != 1)))
+        parts = self._costs(L, L if alone else groups.tokens(), groups.size, groups.ulysses, groups.first_rank,
+                            None if alone else gid, self.cp_crossings(groups, stage), stage)
+        fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b = parts
+        if tp_f is None:  # no TP communication anywhere: zeros (as 0 · nl + 0)
+            tp_f, tp_b = np.zeros(G), np.zeros(G)
+        return GroupCosts(fwd_compute_s=fwd, fwd_comm_s=cp_f, bwd_compute_s=bwd, bwd_comm_s=cp_b,
+                          fwd_tp_comm_s=tp_f, bwd_tp_comm_s=tp_b, fwd_ep_comm_s=ep_f, bwd_ep_comm_s=ep_b)
+
+    def alone_total_s(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, stage: int = 0) -> np.ndarray:
+        """Total seconds (``GroupCosts.total_s``) of each sequence alone in a group of ``sizes`` contiguous ranks
+        from pool rank 0 with inner Ulysses degree ``ulysses`` at ``stage``: the numbers of :meth:`group_costs`
+        on that batch, bit for bit, without building it (HyDra's probes; the zero TP and EP terms not added)."""
+        L = np.asarray(lengths, dtype=np.int64).astype(np.float64)
+        size, u = np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64)
+        first = np.zeros(len(L), dtype=np.int64)
+        fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b = self._costs(
+            L, L, size, u, first, None, self._crossings(stage, size, u, first), stage)
+        total = fwd + cp_f + bwd + cp_b  # GroupCosts.total_s's order; x + 0.0 is x (never -0.0)
+        if tp_f is not None:
+            total = total + tp_f + tp_b
+        if self.job.model.is_moe:
+            total = total + ep_f + ep_b
+        return total
+
+    def _costs(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, first_rank: np.ndarray,
+               gid: np.ndarray | None, crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:
+        """group_costs' fields (fwd compute, fwd CP comm, bwd compute, bwd CP comm, fwd TP, bwd TP — both None
+        where there is no TP communication —, fwd EP, bwd EP) of groups of ``size_i`` ranks (int64) with
+        Ulysses ``u_i`` holding ``tokens`` (float64 [G]); ``L`` (float64) the sequences, in groups ``gid``
+        (None: sequence i alone in group i)."""
+        job, m, cal = self.job, self.job.model, self._cal
+        nl, t = job.layers_per_stage, job.tp
+        size = size_i.astype(np.float64)
+        u = u_i.astype(np.float64)
+        r = size / u
+        G = len(size)
         tpr = tokens / size
 
         lin_f = self._linear_fwd_s(tpr, stage)
@@ -136,23 +167,28 @@ class AnalyticCostModel:
         att_flops = attention_fwd_flops(L, m)
         if t != 1:  # x / 1 is x
             att_flops = att_flops / t
-        att_flops = att_flops / (size if alone else size[gid]) * nl
-        block = L / (r if alone else r[gid])
+        att_flops = att_flops / (size if gid is None else size[gid]) * nl
+        block = np.maximum(L / (r if gid is None else r[gid]), 1e-9)  # (SaturatingCurve.seconds' clamp, once)
         attn_fwd, attn_bwd = self._memoized("attn", lambda: self.attention_curves()[:2])
-        att_f = attn_fwd.seconds(att_flops, block)
-        att_b = attn_bwd.seconds(ATTENTION_BWD_FACTOR * att_flops, block)
-        if not alone:
+        att_f = attn_fwd.seconds_clamped(att_flops, block)
+        att_b = attn_bwd.seconds_clamped(ATTENTION_BWD_FACTOR * att_flops, block)
+        if gid is not None:
             att_f = np.bincount(gid, weights=att_f, minlength=G)
             att_b = np.bincount(gid, weights=att_b, minlength=G)
 
-        crosses, inner_crosses = self.cp_crossings(groups, stage)
+        crosses, inner_crosses = crossings
         self._links("send_recv"), self._links("all_to_all")  # (a missing link model raises even with no ring)
-        # (ring + a2a) · nl, each part left out where no group has it (0 + x is x)
-        if (r > 1).any():
-            ring_f, ring_b = self._ring_exposed(tokens, r, u, att_f / nl, att_b / nl, crosses)
+        # (ring + a2a) · nl, each part left out where no group has it (0 + x is x), its mask where all have it
+        ring = r > 1
+        n_ring = np.count_nonzero(ring)
+        if n_ring:
+            ring_f, ring_b = self._ring_exposed(tokens, r, u, att_f / nl, att_b / nl, crosses,
+                                                ring=None if n_ring == G else ring)
         else:
             ring_f = ring_b = None
-        a2a = self._ulysses_time(tpr, u, inner_crosses) if (u > 1).any() else None
+        uly = u > 1
+        n_uly = np.count_nonzero(uly)
+        a2a = self._ulysses_time(tpr, u, inner_crosses, uly=None if n_uly == G else uly) if n_uly else None
         if ring_f is None:
             cp_f = np.zeros(G) if a2a is None else a2a * nl
             cp_b = cp_f.copy()
@@ -160,31 +196,30 @@ class AnalyticCostModel:
             cp_f, cp_b = ring_f * nl, ring_b * nl
         else:
             cp_f, cp_b = (ring_f + a2a) * nl, (ring_b + a2a) * nl
-        fixed_f, fixed_b = self.fixed_s(r)
         fwd = lin_f + att_f
         bwd = LINEAR_BWD_FACTOR * lin_f + att_b
         if self.terms.fixed_costs:
+            # no ring anywhere: every group's r − 1 steps are 0, one number (x + the same scalar is the same sum)
+            fixed_f, fixed_b = self.fixed_s(r) if n_ring else self._memoized("fixed_no_ring", lambda: self.fixed_s(1.0))
             fwd = fwd + fixed_f
             bwd = bwd + fixed_b
         ends = self._ends(tpr, stage)
         if ends is not None:
             fwd = fwd + ends[0]
             bwd = bwd + ends[1]
+        tp_f = tp_b = None
         if self.terms.tp_comm and job.tp > 1:
             tp_layer = self.tp_comm_layer_s(tpr)
             end_tp_f, end_tp_b = (ends[2], ends[3]) if ends is not None else (0.0, 0.0)
             tp_f, tp_b = tp_layer * nl + end_tp_f, tp_layer * nl + end_tp_b
-        else:  # no TP communication anywhere: zeros (as 0 · nl + 0)
-            tp_f, tp_b = np.zeros(G), np.zeros(G)
         ep_f: np.ndarray | float = 0.0
         ep_b: np.ndarray | float = 0.0
         if m.is_moe:
             # MoE: EP dispatch/combine all-to-alls (cost_models.moe), their own fields (sim: comm kind "ep").
-            ep_f, ep_b = moe.ep_comm_s(job, cal, tpr, stage, groups.first_rank, self._p2p_bytes_scale(),
+            ep_f, ep_b = moe.ep_comm_s(job, cal, tpr, stage, first_rank, self._p2p_bytes_scale(),
                                        by_destination=self.terms.links)
             bwd = bwd + moe.recompute_bwd_s(job, cal, tpr, stage)
-        return GroupCosts(fwd_compute_s=fwd, fwd_comm_s=cp_f, bwd_compute_s=bwd, bwd_comm_s=cp_b,
-                          fwd_tp_comm_s=tp_f, bwd_tp_comm_s=tp_b, fwd_ep_comm_s=ep_f, bwd_ep_comm_s=ep_b)
+        return fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b
 
     def stage_classes(self) -> tuple[int, ...]:
         """For each pipeline stage, the first stage whose :meth:`group_costs` are the same numbers for every
@@ -302,20 +337,26 @@ class AnalyticCostModel:
         """Per group: whether its ring, and whether one of its inner Ulysses groups, crosses NVLink domains.
         With ``terms.links``: from the ranks the group lists (GroupBatch.member_rank, when given); without,
         the first version's contiguous ranks from ``first_rank`` (and only the first inner group)."""
+        return self._crossings(stage, groups.size, groups.ulysses, groups.first_rank, groups.member_rank,
+                               groups.member_group)
+
+    def _crossings(self, stage: int, size: np.ndarray, ulysses: np.ndarray, first_rank: np.ndarray,
+                   member_rank: np.ndarray | None = None,
+                   member_group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`cp_crossings` of groups given by their arrays (GroupBatch's fields)."""
         job = self.job
         if not self.terms.links:
-            return (spans_nodes(job, stage, groups.first_rank, groups.size),
-                    spans_nodes(job, stage, groups.first_rank, groups.ulysses))
-        return group_crossings(job, stage, groups.size, groups.ulysses, groups.first_rank,
-                               groups.member_rank, groups.member_group)
+            return spans_nodes(job, stage, first_rank, size), spans_nodes(job, stage, first_rank, ulysses)
+        return group_crossings(job, stage, size, ulysses, first_rank, member_rank, member_group)
 
     def _p2p_bytes_scale(self) -> float:
         """Cross-domain point-to-point bytes are divided by the GPU's share of a NIC (1 on rail-optimised
         clusters: cost_models.topology.p2p_nic_share); 1 with ``terms.links`` off."""
         return 1.0 / p2p_nic_share(self.job) if self.terms.links else 1.0
 
-    def _ring_exposed(self, tokens, r, u, att_f_layer, att_b_layer, crosses):
-        """Exposed ring time per layer (forward, backward)."""
+    def _ring_exposed(self, tokens, r, u, att_f_layer, att_b_layer, crosses, ring=False):
+        """Exposed ring time per layer (forward, backward). ``ring``: the groups with a ring (r > 1; None: all
+        of them, nothing masked; default: computed here)."""
         m = self.job.model
         kv_bytes = 2.0 * (tokens / r) * (self.job.kv_heads_per_rank / u) * m.head_dim * BF16_BYTES
         nv, net = self._links("send_recv")
@@ -328,11 +369,15 @@ class AnalyticCostModel:
         steps = r - 1
         exp_f = steps * np.maximum(0.0, step_f - att_f_layer / r)
         exp_b = steps * np.maximum(0.0, step_b - att_b_layer / r)
-        ring = r > 1
+        if ring is None:
+            return exp_f, exp_b
+        if ring is False:
+            ring = r > 1
         return np.where(ring, exp_f, 0.0), np.where(ring, exp_b, 0.0)
 
-    def _ulysses_time(self, tpr, u, crosses):
-        """Four all-to-alls per layer (same forward and backward)."""
+    def _ulysses_time(self, tpr, u, crosses, uly=False):
+        """Four all-to-alls per layer (same forward and backward). ``uly``: the groups with u > 1 (None: all of
+        them, nothing masked; default: computed here)."""
         m, job = self.job.model, self.job
         q_bytes = tpr * job.heads_per_rank * m.head_dim * BF16_BYTES
         kv_bytes = tpr * job.kv_heads_per_rank * m.head_dim * BF16_BYTES
@@ -357,7 +402,10 @@ class AnalyticCostModel:
 
             return select(on_net, on_nv)
 
-        return np.where(n > 1, 2 * a2a(q_bytes) + 2 * a2a(kv_bytes), 0.0)
+        both = 2 * a2a(q_bytes) + 2 * a2a(kv_bytes)
+        if uly is None:
+            return both
+        return np.where(n > 1 if uly is False else uly, both, 0.0)
 
     # ---- pipeline, data parallel, memory ---------------------------------------------------------------
     def pp_transfer_s(self, tokens_per_rank: np.ndarray, stage: int, rank: np.ndarray | int) -> np.ndarray:

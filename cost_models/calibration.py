@@ -57,7 +57,12 @@ class SaturatingCurve:
     def seconds(self, flops: np.ndarray | float, x: np.ndarray | float) -> np.ndarray:
         """Time of ``flops`` at size ``x``; zero where there is no work."""
         x = np.maximum(np.asarray(x, dtype=np.float64), 1e-9)
-        return np.asarray(flops, dtype=np.float64) * (x + self.half) / (self.peak_tflops * 1e12 * x)
+        return self.seconds_clamped(np.asarray(flops, dtype=np.float64), x)
+
+    def seconds_clamped(self, flops: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """:meth:`seconds` for float64 ``flops`` and a size ``x`` already clamped to ≥ 1e-9 (float64): callers
+        pricing several curves at one size clamp it once."""
+        return flops * (x + self.half) / (self.peak_tflops * 1e12 * x)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ LOSS_ALL_REDUCES = 3  # max, target logit, Σ exp (fp32 per token)
 def lm_head_fwd_flops(job: JobSpec, tpr: np.ndarray) -> np.ndarray:
     """Forward FLOPs of the LM head on one GPU for ``tpr`` tokens: 2·h·V/t per token."""
     m = job.model
-    return np.asarray(tpr, dtype=np.float64) * 2.0 * m.hidden * m.vocab / job.tp
+    flops = np.asarray(tpr, dtype=np.float64) * 2.0 * m.hidden * m.vocab
+    return flops / job.tp if job.tp != 1 else flops  # (x / 1 is x)
 
 
 def _hbm_s(job: JobSpec, nbytes: np.ndarray) -> np.ndarray:
@@ -57,7 +58,9 @@ def head_compute_s(job: JobSpec, cal: Calibration, tpr: np.ndarray) -> tuple[np.
     """(forward, backward) seconds of the LM head GEMM and the loss on one GPU of the last stage."""
     tpr = np.asarray(tpr, dtype=np.float64)
     gemm_f = cal.gemm.seconds(lm_head_fwd_flops(job, tpr), tpr)
-    logits = tpr * job.model.vocab / job.tp
+    logits = tpr * job.model.vocab
+    if job.tp != 1:  # (x / 1 is x)
+        logits = logits / job.tp
     loss_f = _hbm_s(job, logits * LOSS_FWD_BYTES_PER_LOGIT)
     loss_b = _hbm_s(job, logits * LOSS_BWD_BYTES_PER_LOGIT)
     return gemm_f + loss_f, 2.0 * gemm_f + loss_b

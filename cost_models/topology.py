@@ -108,10 +108,10 @@ def _contiguous_crossings(job: JobSpec, stage: int, size: np.ndarray, u: np.ndar
         spans = o // R != (o + size - 1) // R
     ring = spans & (size > u)
     cand = spans & (u > 1)
-    if not cand.any():  # no inner group can span a boundary
+    if not np.count_nonzero(cand):  # no inner group can span a boundary
         return ring, cand
     mask = u - 1
-    if bool(((u & mask) == 0).all()) and int(u.min()) > 0:  # powers of two: x mod u is x & (u − 1)
+    if not np.count_nonzero(u & mask) and int(u.min()) > 0:  # powers of two: x mod u is x & (u − 1)
         if R & (R - 1) == 0 and int(u.max()) <= R:  # u divides R: no odd group, no inner group above R
             inner = cand & ((o & mask) != 0)
             odd = np.zeros(0, dtype=np.int64)

@@ -65,7 +65,11 @@ def stage_classes_of(cost_model: CostModel) -> tuple[int, ...]:
 
 def stage_totals(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
             stage: int) -> np.ndarray:
-    """[n]: time (s) of each length alone in a group of ``sizes`` ranks (inner Ulysses ``ulysses``) at ``stage``."""
+    """[n]: time (s) of each length alone in a group of ``sizes`` ranks (inner Ulysses ``ulysses``) at ``stage``
+    (the cost model's ``alone_total_s`` where it has one: the same numbers without a GroupBatch)."""
+    alone = getattr(cost_model, "alone_total_s", None)
+    if alone is not None:
+        return alone(lengths, sizes, ulysses, stage)
     n = len(lengths)
     gb = GroupBatch(seq_len=np.asarray(lengths, dtype=np.int64), seq_group=np.arange(n, dtype=np.int64),
                     size=np.asarray(sizes, dtype=np.int64), ulysses=np.asarray(ulysses, dtype=np.int64),
@@ -73,22 +77,15 @@ def stage_totals(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, co
     return np.asarray(cost_model.group_costs(gb, stage).total_s, dtype=np.float64)
 
 
-def _stage_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
-                 stages: tuple[int, ...] | None = None) -> np.ndarray:
-    """[len(stages), n]: time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses
-    degree ``ulysses`` at each of ``stages`` (None: every pipeline stage); one cost-model call per class of
-    stages that cost the same (:func:`stage_classes_of`)."""
-    n = len(lengths)
+def _class_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
+                 stages: tuple[int, ...] | None = None) -> list[np.ndarray]:
+    """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``, one
+    [n] row per class of ``stages`` that cost the same (:func:`stage_classes_of`; None: every pipeline
+    stage), one cost-model call each."""
     if stages is None:
         stages = tuple(range(getattr(cost_model.job, "pp", 1)))
-    if n == 0:
-        return np.zeros((len(stages), 0))
     rep = stage_classes_of(cost_model)
-    rows: dict[int, np.ndarray] = {}
-    for s in stages:
-        if rep[s] not in rows:
-            rows[rep[s]] = stage_totals(lengths, sizes, ulysses, cost_model, rep[s])
-    return np.stack([rows[rep[s]] for s in stages])
+    return [stage_totals(lengths, sizes, ulysses, cost_model, c) for c in dict.fromkeys(rep[s] for s in stages)]
 
 
 def alone_time(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
@@ -96,8 +93,13 @@ def alone_time(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost
     """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``, at
     the pipeline stage where it is largest (the first stage adds the embedding, the last the LM head and
     loss: 1F1B runs at the pace of the heaviest stage). ``stages``: the stages to look at (None: all)."""
-    t = _stage_times(lengths, sizes, ulysses, cost_model, stages)
-    return t.max(axis=0) if len(t) > 1 else t[0]
+    if len(lengths) == 0:
+        return np.zeros(0)
+    rows = _class_times(lengths, sizes, ulysses, cost_model, stages)
+    t = rows[0]
+    for row in rows[1:]:  # (a max is exact: any order gives the same numbers)
+        t = np.maximum(t, row)
+    return t
 
 
 OPTION_KEY_BITS = 20
@@ -203,10 +205,12 @@ class Pricer:
         lut = self._lut
         if sizes.size == 0 or ulysses.size == 0:
             return np.zeros(np.broadcast(sizes, ulysses).shape, dtype=np.int64)
-        if int(sizes.max()) < lut.shape[0] and int(ulysses.max()) < lut.shape[1]:
+        try:  # (sizes and ulysses are ≥ 1: an index past the table raises, none wraps around)
             rows = lut[sizes, ulysses]
-            if int(rows.min()) >= 0:
-                return rows
+        except IndexError:
+            rows = None
+        if rows is not None and int(rows.min()) >= 0:
+            return rows
         keys = sorted_unique(sizes * OPTION_KEY + ulysses)
         c, u = keys // OPTION_KEY, keys % OPTION_KEY
         known = (c < lut.shape[0]) & (u < lut.shape[1])
@@ -266,7 +270,7 @@ class Pricer:
         """Overhead of the options at memo ``rows``, priced (all missing ones in one call) where not known."""
         o = self._tab_ovh[rows]
         miss = np.isnan(o)
-        if miss.any():
+        if np.count_nonzero(miss):
             need = sorted_unique(rows[miss])
             k = self._row_key[need]
             self._tab_ovh[need] = group_overhead(k // OPTION_KEY, k % OPTION_KEY, self.cost_model)
@@ -293,19 +297,24 @@ class Pricer:
             flat = li + (self._row_of(int(sizes), int(ulysses)) << sh)
         else:
             rows = self._rows_of(np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64))
-            flat = (np.broadcast_to(rows, (n,)) << sh) + li
+            flat = ((rows if rows.shape == (n,) else np.broadcast_to(rows, (n,))) << sh) + li
         tab = self._tab.reshape(-1)  # a view: the memo is C-contiguous
         out = tab[flat]
         miss = np.isnan(out)
-        if miss.any():
+        if np.count_nonzero(miss):
             # every (option, distinct length) not priced yet, in one cost-model call per stage
             flat_miss = flat[miss]
-            need = sorted_unique(flat_miss)
+            if len(flat_miss) > 64:  # sorted distinct entries by marking the memo's cells (no sort)
+                mark = np.zeros(len(tab), dtype=bool)
+                mark[flat_miss] = True
+                need = np.flatnonzero(mark)
+            else:
+                need = sorted_unique(flat_miss)
             r, j = need >> sh, need & ((1 << sh) - 1)
             k = self._row_key[r]
             iso = alone_time(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), self.cost_model, self.stages)
             tab[need] = np.maximum(MIN_WORK_S, iso - self._overhead_rows(r))
-            out[miss] = tab[flat_miss]
+            out = tab[flat]
         return out
 
 

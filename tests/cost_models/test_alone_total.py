@@ -1,0 +1,68 @@
+"""AnalyticCostModel.alone_total_s (each sequence alone in a contiguous group from pool rank 0, HyDra's probes)
+gives group_costs' total_s of that batch bit for bit, whatever mix of rings, all-to-alls and link choices the
+batch holds, with every cost term on or off, TP > 1 and a MoE model; and the totals the version before it
+printed (commit 2722142, group_costs' total_s) for the same groups.
+"""
+
+import numpy as np
+import pytest
+
+from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
+from dcpsim.cost_models.base import GroupBatch
+
+
+def _job(model="llama3-8b", gpu="h200", tp=1, pp=4, pool=64):
+    return JobSpec(model=get_model(model), gpu=get_gpu(gpu), tp=tp, pp=pp, pool=pool, context_len=262144,
+                   max_tokens_per_rank=16384)
+
+
+def _reference(cm, lengths, sizes, u, stage):
+    n = len(lengths)
+    gb = GroupBatch(np.asarray(lengths, dtype=np.int64), np.arange(n, dtype=np.int64),
+                    np.asarray(sizes, dtype=np.int64), np.asarray(u, dtype=np.int64), np.zeros(n, dtype=np.int64))
+    return np.asarray(cm.group_costs(gb, stage).total_s, dtype=np.float64)
+
+
+@pytest.mark.parametrize("model,gpu,tp,terms", [
+    ("llama3-8b", "h200", 1, "all"),
+    ("llama3-8b", "h200", 1, "legacy"),
+    ("llama3-8b", "h200", 4, "all"),  # TP communication (its terms are added)
+    ("llama3-8b", "h200", 2, "all,-fixed_costs,-lm_head"),
+    ("llama3-8b", "gb200", 2, "all,-links"),  # NVL72 domains, first-version links
+    ("qwen3-30b-a3b", "h100", 1, "all"),  # MoE: EP all-to-alls added after the TP terms
+])
+def test_alone_totals_equal_group_costs(model, gpu, tp, terms):
+    job = _job(model, gpu, tp)
+    cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
+    rng = np.random.default_rng(7)
+    n = 200
+    sizes = rng.choice([1, 2, 4, 8, 16, 32, 64], n)
+    u = np.minimum(sizes, rng.choice([1, 2, 4, 8], n))
+    u = np.where(job.kv_heads_per_rank % u == 0, u, 1)
+    lengths = rng.integers(1, 300_000, n)
+    # mixed options, then batches where every group or none rings / runs all-to-alls (the masks skipped)
+    batches = [(lengths, sizes, u), (lengths, np.full(n, 16), np.ones(n, dtype=np.int64)),
+               (lengths, np.full(n, 8), np.full(n, 8)), (lengths, np.ones(n, dtype=np.int64), np.ones(n)),
+               (lengths[:0], sizes[:0], u[:0])]
+    for stage in range(job.pp):
+        for L, c, uu in batches:
+            got = cm.alone_total_s(L, c, uu, stage)
+            want = _reference(cm, L, c, uu, stage)
+            assert got.dtype == np.float64 and got.shape == want.shape
+            assert got.tobytes() == want.tobytes(), (stage, terms)
+
+
+def test_golden_alone_totals_of_the_version_before():
+    lengths, sizes, u = [1, 2, 900, 30000, 250000], [1, 8, 4, 32, 64], [1, 2, 4, 1, 8]
+    golden = {
+        ("all", 0): [0.0036029816883582973, 0.006009031382701782, 0.00807920949075606, 0.09993264441874891,
+                     0.42425359347041797],
+        ("all", 3): [0.004373244995186744, 0.006775271124555507, 0.010051177536701459, 0.10572699919068015,
+                     0.44597455960062354],
+        ("legacy", 3): [0.0025540560557762203, 0.003865799971756547, 0.007006672661643392, 0.0874769283844852,
+                        0.4388305968069675],
+    }
+    for (terms, stage), want in golden.items():
+        cm = AnalyticCostModel(_job(), terms=CostTerms.parse(terms))
+        assert cm.alone_total_s(lengths, sizes, u, stage).tolist() == want
+        assert _reference(cm, lengths, sizes, u, stage).tolist() == want
