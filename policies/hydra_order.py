@@ -129,16 +129,59 @@ def _merged(ms: tuple[int, ...], p: int) -> tuple[np.ndarray, np.ndarray, tuple[
     return phase, row, (grouped, np.searchsorted(col[grouped], np.arange(len(ms)))), steps
 
 
+@lru_cache(maxsize=256)
+def _chain(m: int, p: int) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray, int]:
+    """:func:`_levels` for the scalar sweep: per operation (in level order) its dependency and previous
+    operation as 1-based positions (0: none, the leading zero), and its forward/backward fraction index
+    (phase), microbatch and stage; and the number of levels."""
+    phase, mb, level, dep, prev = _levels(m, p)
+    n = len(phase)
+    _, _, levels, _, _ = _schedule(m, p)
+    stage = np.concatenate(levels) // (2 * m)  # _levels' order: original index → stage
+    pairs = list(zip(((dep + 1) % (n + 1)).tolist(), ((prev + 1) % (n + 1)).tolist()))
+    return pairs, phase, mb, stage, int(level[-1]) + 1
+
+
+SCALAR_WORK = 24  # the scalar sweep when rows × operations ≤ this × levels (numpy costs ~this many per level)
+
+
+def _makespans_scalar(Hs: list[np.ndarray], keep: list[int], p: int, phi: float,
+                      stage_scale: np.ndarray | None, out: list[np.ndarray]) -> list[np.ndarray]:
+    """:func:`makespans_many` one operation at a time in Python floats (few rows: no per-level numpy
+    calls); the same recurrence, durations and maximum, hence the same values bit for bit."""
+    coef = np.array([phi, 1.0 - phi])
+    for i in keep:
+        H = Hs[i]
+        pairs, phase, mb, stage, _ = _chain(H.shape[1], p)
+        dur = coef[phase] * H[:, mb]  # [C, ops]
+        if stage_scale is not None:
+            dur *= np.asarray(stage_scale, dtype=np.float64)[stage]
+        best = []
+        for d in dur.tolist():
+            end = [0.0]
+            put = end.append
+            for (a, b), x in zip(pairs, d):
+                u, v = end[a], end[b]
+                put((u if u >= v else v) + x)
+            best.append(max(end))
+        out[i] = np.array(best, dtype=np.float64)
+    return out
+
+
 def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACTION,
                    stage_scale: np.ndarray | None = None) -> list[np.ndarray]:
     """:func:`makespans` of several [C_i, m_i] height matrices (columns of different microbatch counts) in
     one level sweep: the sweeps of the columns run side by side, each level one vector step for all of
-    them (rows beyond a matrix's C_i are padded with zeros and dropped). The same values as one call each."""
+    them (rows beyond a matrix's C_i are padded with zeros and dropped). The same values as one call each.
+    Few rows (rows × operations ≤ ``SCALAR_WORK`` × levels) run the recurrence in Python floats instead."""
     Hs = [np.atleast_2d(np.asarray(h, dtype=np.float64)) for h in heights]
     keep = [i for i, h in enumerate(Hs) if h.shape[1] > 0]
     out = [np.zeros(h.shape[0]) for h in Hs]
     if not keep:
         return out
+    work = sum(Hs[i].shape[0] * 2 * Hs[i].shape[1] * p for i in keep)
+    if work <= SCALAR_WORK * max(_chain(Hs[i].shape[1], p)[4] for i in keep):
+        return _makespans_scalar(Hs, keep, p, phi, stage_scale, out)
     ms = tuple(Hs[i].shape[1] for i in keep)
     C = max(Hs[i].shape[0] for i in keep)
     phase, row, col, steps = _merged(ms, p)
