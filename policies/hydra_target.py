@@ -140,32 +140,41 @@ def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.nda
 def pack_heights(loads: np.ndarray, sizes: np.ndarray, pool: int) -> np.ndarray:
     """The microbatch heights of :func:`pack_heavy` (the same first fit), without the assignment: per degree
     class, largest first, the loads in falling order fill the microbatches' free slots in turn, so each
-    microbatch's tallest new load is the first one it takes."""
-    free = np.zeros(0, dtype=np.int64)
-    height = np.zeros(0)
+    microbatch's tallest new load is the first one it takes.
+
+    Per class: the microbatches left with free ranks (few: a class of c ranks fills ⌊W/c⌋ per microbatch and
+    leaves W mod c, and only its last one partly) take their share one by one; the rest of the class opens
+    microbatches of ⌊W/c⌋ loads each, whose heights are every ⌊W/c⌋-th load (one slice)."""
     classes = sorted(set(sizes.tolist()), reverse=True)
-    if len(classes) == 1 and pool // classes[0] == 1:  # one sequence per microbatch
-        return np.maximum(np.sort(loads)[::-1], 0.0)
+    one = len(classes) == 1
+    segs: list[np.ndarray] = []  # the heights of the microbatches each class opened, in microbatch order
+    open_: list[tuple[int, int, int]] = []  # (segment, index in it, free ranks) of those with free ranks
     for c in classes:
-        items = np.sort(loads if len(classes) == 1 else loads[sizes == c])[::-1]
-        n, per = len(items), pool // c
-        slots = free // c
-        have = int(slots.sum())
-        if have == 0:  # no free slot of c ranks: the class opens microbatches of ⌊pool / c⌋ loads each
-            new = np.maximum(items[::per], 0.0)
-            left = np.full(len(new), pool - c * per, dtype=np.int64)
-            left[-1] = pool - c * (n - per * (len(new) - 1))
-            height, free = (new, left) if not len(free) else (np.concatenate([height, new]),
-                                                             np.concatenate([free, left]))
-            continue
-        if have < n:
-            extra = -(-(n - have) // per)
-            free = np.concatenate([free, np.full(extra, pool, dtype=np.int64)])
-            height = np.concatenate([height, np.zeros(extra)])
-            slots = free // c
-        ends = np.cumsum(slots)
-        starts = ends - slots
-        got = np.flatnonzero((slots > 0) & (starts < n))
-        height[got] = np.maximum(height[got], items[starts[got]])
-        free = free - c * (np.minimum(ends, n) - np.minimum(starts, n))
-    return height
+        items = np.sort(loads if one else loads[sizes == c])[::-1]
+        n, pos = len(items), 0
+        if open_:
+            still = []
+            for si, pi, f in open_:
+                if pos < n and f >= c:
+                    x, seg = items[pos], segs[si]
+                    if not seg[pi] >= x:  # np.maximum(height, x)
+                        seg[pi] = x
+                    take = min(f // c, n - pos)
+                    f -= c * take
+                    pos += take
+                if f > 0:
+                    still.append((si, pi, f))
+            open_ = still
+        if pos < n:
+            per = pool // c
+            new = np.maximum(items[pos::per], 0.0)
+            nb, s = len(new), len(segs)
+            segs.append(new)
+            if pool - c * per > 0:
+                open_.extend((s, q, pool - c * per) for q in range(nb - 1))
+            last = pool - c * (n - pos - per * (nb - 1))
+            if last > 0:
+                open_.append((s, nb - 1, last))
+    if not segs:
+        return np.zeros(0)
+    return segs[0] if len(segs) == 1 else np.concatenate(segs)
