@@ -1,12 +1,11 @@
-"""HyDra's placement: sequences with known degrees and shares → CP groups in microbatches, with lazy heaps.
+"""HyDra's placement: sequences with known degrees and shares → CP groups in microbatches, in sorted lists.
 
 Every CP group is a *bin* with a load (s; its overhead plus the work of its sequences at its size and engine),
 a token count per rank (≤ the memory budget M) and a capacity: (1 + tolerance) · τ, or (1 + tolerance) · h in a
-microbatch of a heavy sequence of height h > τ. Bins of one (size, engine) form a *class* whose bins sit in a
-min-heap keyed by load − capacity (most room first). A bin whose load changes gets a fresh heap entry and a new
-version number; the old entry stays in the heap and is discarded when it surfaces (a *lazy* heap), so every
-update is one O(log B) push and no heap is ever searched or re-built. Microbatches sit in one more lazy heap,
-keyed by free ranks.
+microbatch of a heavy sequence of height h > τ. Bins of one (size, engine) form a *class* kept as a sorted list
+of (load − capacity, bin) (most room first); a bin whose load changes leaves the list and re-enters at its new
+place (two bisections and a memmove: the lists hold one class's bins), and a search walks the list from the
+front without changing it. Microbatches sit in one more sorted list, by free ranks.
 
 Heavy sequences first: each opens a group in microbatches of their own (first fit by free ranks, largest
 degree first); a microbatch's capacity is (1 + tolerance) times its tallest heavy load.
@@ -26,13 +25,15 @@ fits nowhere opens a microbatch. Other classes are ranked by the grid's power-la
 pricing per candidate) and what lands there is priced exactly at the end, in one call. Used free blocks
 become groups; the result is a :class:`Layout` of arrays.
 
-Cost: O((n + m) log n) heap operations for n sequences and m microbatches (bins exist only where sequences
-are), times the classes visited (usually one; at most log2 W + 2 sizes × engines); no step scans the pool.
+Cost: O((n + m) log n) heap and bisection steps for n sequences and m microbatches (bins exist only where
+sequences are; a search looks at most ``PROBES`` bins, or ``PROBES`` + 2 · short microbatches), times the
+classes visited (usually one; at most log2 W + 2 sizes × engines); no step scans the pool.
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,7 +44,7 @@ from dcpsim.policies.hydra_target import pack_heavy
 PROBES = 8  # bins set aside per class and sequence when only the token budget fails
 
 
-@dataclass
+@dataclass(slots=True)
 class Bin:
     """One CP group under construction."""
 
@@ -55,7 +56,6 @@ class Bin:
     load: float
     tokens: float = 0.0  # per rank
     seqs: list[int] = field(default_factory=list)  # positions in the batch
-    version: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,9 @@ class _Packer:
         self.bins: list[Bin] = []
         self.caps: list[float] = []
         self.cursor: list[int] = []
-        self.classes: dict[tuple[int, int], list[tuple[float, int, int]]] = {}
-        self.free: list[tuple[int, float, int]] = []  # (-free ranks, -cap, mb): most free ranks first
+        # per class (size, u) its bins as sorted (load − capacity, bin): most room first
+        self.classes: dict[tuple[int, int], list[tuple[float, int]]] = {}
+        self.free: list[tuple[int, float, int]] = []  # sorted (−free ranks, −cap, mb): most free ranks first
         self.short = 0  # microbatches below τ (a height profile's ramps)
 
     # ---- microbatches and bins ----------------------------------------------------------------------
@@ -100,7 +101,7 @@ class _Packer:
         k = len(self.caps)
         self.caps.append((1.0 + self.tol) * (height if exact else max(self.tau, height)))
         self.cursor.append(0)
-        heapq.heappush(self.free, (-self.W, -self.caps[k], k))
+        insort(self.free, (-self.W, -self.caps[k], k))
         return k
 
     def block_cap(self, k: int, first: int, size: int) -> float:
@@ -120,86 +121,55 @@ class _Packer:
         """A new group of ``size`` ranks at microbatch k's cursor; with ``pos`` ≥ 0, holding that sequence."""
         c0 = self.cursor[k]
         cap = self.caps[k] if self.slow is None else self.block_cap(k, c0, size)
-        b = Bin(k, c0, size, u, cap, self.overhead[size, u])
-        if pos >= 0:
-            b.seqs.append(pos)
-            b.load += work
-            b.tokens += tokens
+        ovh = self.overhead[size, u]
+        b = (Bin(k, c0, size, u, cap, ovh + work, 0.0 + tokens, [pos]) if pos >= 0
+             else Bin(k, c0, size, u, cap, ovh))
+        free = self.free
+        del free[bisect_left(free, (c0 - self.W, -self.caps[k], k))]
+        insort(free, (size + c0 - self.W, -self.caps[k], k))
         self.cursor[k] = c0 + size
         self.bins.append(b)
-        heapq.heappush(self.free, (size + c0 - self.W, -self.caps[k], k))
-        heapq.heappush(self.classes.setdefault((size, u), []), (b.load - b.cap, len(self.bins) - 1, 0))
+        insort(self.classes.setdefault((size, u), []), (b.load - b.cap, len(self.bins) - 1))
         return b
-
-    def push(self, gid: int) -> None:
-        b = self.bins[gid]
-        heapq.heappush(self.classes.setdefault((b.size, b.u), []), (b.load - b.cap, gid, b.version))
 
     def add(self, gid: int, pos: int, work: float, tokens: float) -> None:
         b = self.bins[gid]
+        entries = self.classes[b.size, b.u]
+        del entries[bisect_left(entries, (b.load - b.cap, gid))]
         b.seqs.append(pos)
         b.load += work
         b.tokens += tokens
-        b.version += 1
-        self.push(gid)
+        insort(entries, (b.load - b.cap, gid))
 
     def roomiest_mb(self, size: int, load: float = 0.0) -> int | None:
         """The microbatch with the most free ranks that can carve ``size`` and whose height (capacity without
-        the tolerance) holds ``load`` (lazy: stale entries dropped; short microbatches of a height profile are
-        passed over, at most ``PROBES`` + 2 · their number)."""
-        aside: list[tuple[int, float, int]] = []
-        found = None
-        while self.free and len(aside) < PROBES + 2 * self.short:
-            nf, _ncap, k = self.free[0]
-            if -nf != self.W - self.cursor[k]:
-                heapq.heappop(self.free)
-                continue
-            if -nf < size:
-                break
+        the tolerance) holds ``load`` (short microbatches of a height profile are passed over: at most
+        ``PROBES`` + 2 · their number are looked at)."""
+        limit = PROBES + 2 * self.short
+        for n, (nf, _ncap, k) in enumerate(self.free):
+            if n >= limit or -nf < size:
+                return None
             if self.fits_block(k, size) and (not self.short
                                              or load <= self.caps[k] / (1.0 + self.tol) * (1 + 1e-12)):
-                found = k
-                break
-            aside.append(heapq.heappop(self.free))
-        for e in aside:
-            heapq.heappush(self.free, e)
-        return found
-
-    def _peek(self, heap: list) -> tuple[float, float, float, int] | None:
-        """(load, capacity, tokens, gid) of the valid top entry of ``heap`` (stale entries dropped)."""
-        while heap:
-            _key, gid, ver = heap[0]
-            if ver == self.bins[gid].version:
-                b = self.bins[gid]
-                return b.load, b.cap, b.tokens, gid
-            heapq.heappop(heap)
+                return k
         return None
 
     def best_in_class(self, cls: tuple[int, int], work: float, tokens: float,
                       strict: bool) -> tuple[float, int] | None:
-        """(room after placing, bin or free-block id) of the roomiest entry of class ``cls`` = (size, u) that
-        takes ``work`` and ``tokens`` within its capacity (capacity / (1 + tol), i.e. τ or h, if ``strict``)."""
-        heap = self.classes.get(cls)
-        if not heap:
-            return None
-        aside: list[tuple[float, int, int]] = []  # entries of the class's heap
-        found = None
-        while len(aside) < PROBES:
-            top = self._peek(heap)
-            if top is None:
-                break
-            load, cap, tok, gid = top
-            if strict:
-                cap /= 1.0 + self.tol
-            if load + work > cap:
-                break  # the roomiest entry of the class cannot take it: none can
-            if tok + tokens <= self.M * (1 + 1e-12):
-                found = (load + work - cap, gid)
-                break
-            aside.append(heapq.heappop(heap))
-        for e in aside:
-            heapq.heappush(heap, e)
-        return found
+        """(room after placing, bin id) of the roomiest bin of class ``cls`` = (size, u) that takes ``work`` and
+        ``tokens`` within its capacity (capacity / (1 + tol), i.e. τ or h, if ``strict``): the bins in order of
+        room, passing over at most ``PROBES`` that lack only the tokens."""
+        lim = self.M * (1 + 1e-12)
+        for n, (_key, gid) in enumerate(self.classes.get(cls, ())):
+            if n >= PROBES:
+                return None
+            b = self.bins[gid]
+            cap = b.cap / (1.0 + self.tol) if strict else b.cap
+            if b.load + work > cap:
+                return None  # the roomiest bin of the class cannot take it: none can
+            if b.tokens + tokens <= lim:
+                return b.load + work - cap, gid
+        return None
 
 
 def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, lengths: np.ndarray,
@@ -243,8 +213,7 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     # Phase A: the structure.
     big = np.flatnonzero(~heavy & ~is_fill)
     big = big[np.lexsort((order_key[big], -shares[big], -sizes[big]))]
-    big_l = big.tolist()
-    for i, c, u, w, t in zip(big_l, sizes[big].tolist(), ulysses[big].tolist(), shares[big].tolist(),
+    for i, c, u, w, t in zip(big.tolist(), sizes[big].tolist(), ulysses[big].tolist(), shares[big].tolist(),
                              tok[big].tolist()):
         hit = pk.best_in_class((c, u), w, t, strict=True)
         if hit is None:

@@ -175,24 +175,25 @@ def test_degree_never_below_the_memory_minimum() -> None:
 
 # ---- placement ---------------------------------------------------------------------------------------------
 
-def test_lazy_heap_skips_stale_entries_and_picks_the_roomiest_bin() -> None:
+def test_class_list_stays_sorted_by_room_and_picks_the_roomiest_bin() -> None:
     pk = _Packer(pool=4, budget=100.0, tau=1.0, tol=0.0, aligned=True, overhead={(1, 1): 0.0})
     k = pk.new_mb()
     for _ in range(4):
         pk.carve(k, 1, 1)
     pk.add(0, 0, 0.5, 10.0)
-    pk.add(0, 1, 0.2, 10.0)  # bin 0 now has two stale entries in its class heap
+    pk.add(0, 1, 0.2, 10.0)  # bin 0 moved twice: it leaves the list and re-enters, never twice in it
     pk.add(1, 2, 0.3, 10.0)
-    heap = pk.classes[(1, 1)]
-    assert len(heap) == 4 + 3  # one entry per push; none removed yet
+    entries = pk.classes[(1, 1)]
+    assert entries == sorted(entries) and sorted(g for _, g in entries) == [0, 1, 2, 3]
+    assert [key for key, _ in entries] == pytest.approx([-1.0, -1.0, -0.7, -0.3])
     room, gid = pk.best_in_class((1, 1), 0.1, 1.0, strict=False)
     assert gid == 2 and room == pytest.approx(0.1 - 1.0)
     pk.add(2, 3, 0.9, 1.0)
     pk.add(3, 4, 0.9, 1.0)
     _, gid = pk.best_in_class((1, 1), 0.1, 1.0, strict=False)
-    assert gid == 1  # load 0.3: the stale entries of bin 0 (loads 0, 0.5) were popped on the way
-    assert all(pk.bins[g].version == v for _, g, v in heapq.nsmallest(1, heap))
+    assert gid == 1  # load 0.3, the roomiest now
     assert pk.best_in_class((1, 1), 0.9, 1.0, strict=False) is None  # nothing has room for 0.9
+    assert pk.free == [(0, -1.0, k)]  # the microbatch, once, with no free ranks left
 
 
 def test_token_budget_sets_bins_aside_without_losing_them() -> None:
