@@ -136,17 +136,36 @@ class AnalyticCostModel:
         """Total seconds (``GroupCosts.total_s``) of each sequence alone in a group of ``sizes`` contiguous ranks
         from pool rank 0 with inner Ulysses degree ``ulysses`` at ``stage``: the numbers of :meth:`group_costs`
         on that batch, bit for bit, without building it (HyDra's probes; the zero TP and EP terms not added)."""
+        return self.alone_stage_totals(lengths, sizes, ulysses, (stage,))[0]
+
+    def alone_stage_totals(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
+                           stages: tuple[int, ...], prefix: tuple[int | None, ...] | None = None) -> list[np.ndarray]:
+        """``[alone_total_s(lengths[:k], sizes[:k], ulysses[:k], s) for s, k in zip(stages, prefix)]`` (k None:
+        every entry), the stages' shared part priced once where they differ only at the pipeline's ends (a dense
+        model whose stages start on an NVLink-domain boundary: :meth:`stage_classes`' condition, under which
+        nothing but the embedding and the LM head reads the stage)."""
         L = np.asarray(lengths, dtype=np.int64).astype(np.float64)
         size, u = np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64)
         first = np.zeros(len(L), dtype=np.int64)
-        fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b = self._costs(
-            L, L, size, u, first, None, self._crossings(stage, size, u, first), stage)
-        total = fwd + cp_f + bwd + cp_b  # GroupCosts.total_s's order; x + 0.0 is x (never -0.0)
-        if tp_f is not None:
-            total = total + tp_f + tp_b
-        if self.job.model.is_moe:
-            total = total + ep_f + ep_b
-        return total
+        job = self.job
+        shared = not job.model.is_moe and self._stages_on_domain_boundaries()
+        ks = [len(L) if k is None else k for k in (prefix or (None,) * len(stages))]
+        core: tuple | None = None
+        out = []
+        for s, k in zip(stages, ks):
+            if core is None or not shared:
+                c = max(ks) if shared else k
+                core = self._core(L[:c], L[:c], size[:c], u[:c], None,
+                                  self._crossings(s, size[:c], u[:c], first[:c]), s)
+            part = core if len(core[0]) == k else tuple(x[:k] for x in core)
+            fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b = self._at_stage(part, first[:k], s)
+            total = fwd + cp_f + bwd + cp_b  # GroupCosts.total_s's order; x + 0.0 is x (never -0.0)
+            if tp_f is not None:
+                total = total + tp_f + tp_b
+            if job.model.is_moe:
+                total = total + ep_f + ep_b
+            out.append(total)
+        return out
 
     def _costs(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, first_rank: np.ndarray,
                gid: np.ndarray | None, crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:
@@ -154,7 +173,13 @@ class AnalyticCostModel:
         where there is no TP communication —, fwd EP, bwd EP) of groups of ``size_i`` ranks (int64) with
         Ulysses ``u_i`` holding ``tokens`` (float64 [G]); ``L`` (float64) the sequences, in groups ``gid``
         (None: sequence i alone in group i)."""
-        job, m, cal = self.job, self.job.model, self._cal
+        return self._at_stage(self._core(L, tokens, size_i, u_i, gid, crossings, stage), first_rank, stage)
+
+    def _core(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, gid: np.ndarray | None,
+              crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:
+        """:meth:`_costs` before the stage's ends, TP and MoE terms: (fwd compute, fwd CP comm, bwd compute, bwd
+        CP comm, tokens per rank); of a dense model only ``crossings`` depend on the stage."""
+        job, m = self.job, self.job.model
         nl, t = job.layers_per_stage, job.tp
         size = size_i.astype(np.float64)
         u = u_i.astype(np.float64)
@@ -200,9 +225,16 @@ class AnalyticCostModel:
         bwd = LINEAR_BWD_FACTOR * lin_f + att_b
         if self.terms.fixed_costs:
             # no ring anywhere: every group's r − 1 steps are 0, one number (x + the same scalar is the same sum)
-            fixed_f, fixed_b = self.fixed_s(r) if n_ring else self._memoized("fixed_no_ring", lambda: self.fixed_s(1.0))
+            fixed_f, fixed_b = (self.fixed_s(r) if n_ring
+                                else self._memoized("fixed_no_ring", lambda: self.fixed_s(1.0)))
             fwd = fwd + fixed_f
             bwd = bwd + fixed_b
+        return fwd, cp_f, bwd, cp_b, tpr
+
+    def _at_stage(self, core: tuple, first_rank: np.ndarray, stage: int) -> tuple:
+        """:meth:`_costs` from :meth:`_core`'s part: the stage's ends, TP communication and MoE terms added."""
+        job, m, cal, nl = self.job, self.job.model, self._cal, self.job.layers_per_stage
+        fwd, cp_f, bwd, cp_b, tpr = core
         ends = self._ends(tpr, stage)
         if ends is not None:
             fwd = fwd + ends[0]
@@ -232,10 +264,16 @@ class AnalyticCostModel:
         different layers; groups shifted across a domain boundary) every stage is its own class."""
         return self._memoized("stage_classes", self._stage_classes)
 
+    def _stages_on_domain_boundaries(self) -> bool:
+        """Whether every stage's ranks start on an NVLink-domain boundary (pool · t a multiple of the domain's
+        GPUs): then every group's crossings are the same at every stage."""
+        job = self.job
+        return (job.pool * job.tp) % job.gpu.nvlink_domain == 0
+
     def _stage_classes(self) -> tuple[int, ...]:
         job = self.job
         p = job.pp
-        if job.model.is_moe or (job.pool * job.tp) % job.gpu.nvlink_domain != 0:
+        if job.model.is_moe or not self._stages_on_domain_boundaries():
             return tuple(range(p))
         ends = {0, p - 1} if self.terms.lm_head else set()
         first_middle = next((s for s in range(p) if s not in ends), 0)  # (0: no stage is a middle one)

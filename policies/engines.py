@@ -30,7 +30,7 @@ def ulysses_degrees(size: int, job: JobSpec) -> list[int]:
     72 on GB200 NVL72), so that the all-to-alls can run at NVLink rate (cost_models.topology)."""
     kvh = job.kv_heads_per_rank
     node_ranks = max(1, job.gpu.nvlink_domain // job.tp)
-    return [u for u in range(1, size + 1) if size % u == 0 and kvh % u == 0 and u <= node_ranks]
+    return [u for u in range(1, min(size, node_ranks) + 1) if size % u == 0 and kvh % u == 0]
 
 
 def engine_for(kind: str, size: int, job: JobSpec, cost_model: CostModel | None = None,

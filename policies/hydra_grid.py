@@ -77,27 +77,28 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         rest = np.ones(G, dtype=bool)
         rest[probe] = False
         R = G - P
-        # the probes, then every option at 1 and 2 tokens (its overhead, as group_overhead prices it) ...
-        probe_l = np.concatenate([np.tile(grid[probe], n_opt), np.ones(n_opt, np.int64),
-                                  np.full(n_opt, 2, np.int64)])
-        probe_c = np.concatenate([np.repeat(oc, P), oc, oc])
-        probe_u = np.concatenate([np.repeat(opt_u_a, P), opt_u_a, opt_u_a])
-        rest_l, rest_c, rest_u = np.tile(grid[rest], n_opt), np.repeat(oc, R), np.repeat(opt_u_a, R)
-        # ... in one call per class of stages that cost the same; the last stage's class (the analytic model's
-        # heaviest everywhere: the LM head and loss) prices the rest of the grid too, kept if the pricer narrows
-        # to that class (else priced again at the stages it keeps)
+        # the probes, then every option at 1 and 2 tokens (its overhead, as group_overhead prices it), then the
+        # rest of the grid ...
+        all_l = np.concatenate([np.tile(grid[probe], n_opt), np.ones(n_opt, np.int64), np.full(n_opt, 2, np.int64),
+                                np.tile(grid[rest], n_opt)])
+        all_c = np.concatenate([np.repeat(oc, P), oc, oc, np.repeat(oc, R)])
+        all_u = np.concatenate([np.repeat(opt_u_a, P), opt_u_a, opt_u_a, np.repeat(opt_u_a, R)])
+        n_probe = P * n_opt + 2 * n_opt
+        # ... the probes at one stage of each class of stages that cost the same; the last stage's class (the
+        # analytic model's heaviest everywhere: the LM head and loss) prices the rest of the grid too, kept if the
+        # pricer narrows to that class (else priced again at the stages it keeps)
         pp = getattr(cost_model.job, "pp", 1)
         rep = stage_classes_of(cost_model)
         last = rep[pp - 1]
-        t_of: dict[int, np.ndarray] = {}
-        rest_last = None
-        for r in sorted(set(rep)):
-            if r == last and R:
-                both = stage_totals(np.concatenate([probe_l, rest_l]), np.concatenate([probe_c, rest_c]),
-                               np.concatenate([probe_u, rest_u]), cost_model, r)
-                t_of[r], rest_last = both[:len(probe_l)], both[len(probe_l):]
-            else:
-                t_of[r] = stage_totals(probe_l, probe_c, probe_u, cost_model, r)
+        classes = tuple(sorted(set(rep)))
+        prefix = tuple(None if r == last and R else n_probe for r in classes)
+        several = getattr(cost_model, "alone_stage_totals", None)
+        if several is not None:  # one call: the work the stages share priced once
+            rows = several(all_l, all_c, all_u, classes, prefix)
+        else:
+            rows = [stage_totals(all_l[:k], all_c[:k], all_u[:k], cost_model, r) for r, k in zip(classes, prefix)]
+        t_of = {r: row[:n_probe] for r, row in zip(classes, rows)}
+        rest_last = rows[classes.index(last)][n_probe:] if R else None
         t = np.stack([t_of[rep[s]] for s in range(pp)])
         pricer.narrow(t[:, :P * n_opt])
         t12 = t[:, P * n_opt:].max(axis=0)
@@ -112,7 +113,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         iso[:, probe] = (ts.max(axis=0) if len(ts) > 1 else ts[0]).reshape(n_opt, P)
         if R:
             if rest_last is None or any(rep[s] != last for s in kept):
-                rest_last = alone_time(rest_l, rest_c, rest_u, cost_model, pricer.stages)
+                rest_last = alone_time(all_l[n_probe:], all_c[n_probe:], all_u[n_probe:], cost_model, pricer.stages)
             iso[:, rest] = rest_last.reshape(n_opt, R)
         w_all = np.maximum(MIN_WORK_S, iso - o_all[:, None])
         pricer.set_grid(grid, keys.tolist(), w_all)

@@ -85,7 +85,11 @@ def _class_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, co
     if stages is None:
         stages = tuple(range(getattr(cost_model.job, "pp", 1)))
     rep = stage_classes_of(cost_model)
-    return [stage_totals(lengths, sizes, ulysses, cost_model, c) for c in dict.fromkeys(rep[s] for s in stages)]
+    classes = tuple(dict.fromkeys(rep[s] for s in stages))
+    several = getattr(cost_model, "alone_stage_totals", None)
+    if several is not None:  # one call: the work the stages share priced once
+        return several(lengths, sizes, ulysses, classes)
+    return [stage_totals(lengths, sizes, ulysses, cost_model, c) for c in classes]
 
 
 def alone_time(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
@@ -226,7 +230,7 @@ class Pricer:
         # for estimate(): the grid and the batch's distinct lengths in logs, each row's log work when first asked
         self._log_grid = np.log(grid.astype(np.float64))
         self._log_len = np.log(self.uniq.astype(np.float64))
-        self._log_rows: dict[int, np.ndarray] = {}
+        self._est_rows: dict[int, np.ndarray] = {}  # key → the estimate at every distinct length
 
     def lower(self, pos: np.ndarray, size: int, ulysses: int) -> np.ndarray | None:
         """A lower bound of ``work(pos, size, ulysses)`` without pricing: ``LOWER_SAFETY`` × the work at the
@@ -248,10 +252,11 @@ class Pricer:
         row = getattr(self, "_grid_rows", {}).get(key)
         if row is None:
             return None
-        logs = self._log_rows.get(key)
-        if logs is None:
-            logs = self._log_rows[key] = np.log(np.maximum(row, MIN_WORK_S))
-        return np.exp(np.interp(self._log_len[self.inv[np.asarray(pos, dtype=np.int64)]], self._log_grid, logs))
+        est = self._est_rows.get(key)
+        if est is None:  # every distinct length at once (elementwise: the numbers of pricing only ``pos``)
+            logs = np.log(np.maximum(row, MIN_WORK_S))
+            est = self._est_rows[key] = np.exp(np.interp(self._log_len, self._log_grid, logs))
+        return est[self.inv[np.asarray(pos, dtype=np.int64)]]
 
     def narrow(self, stage_times: np.ndarray) -> None:
         """Price the work from now on only at the stages that are the heaviest in some column of

@@ -66,3 +66,26 @@ def test_golden_alone_totals_of_the_version_before():
         cm = AnalyticCostModel(_job(), terms=CostTerms.parse(terms))
         assert cm.alone_total_s(lengths, sizes, u, stage).tolist() == want
         assert _reference(cm, lengths, sizes, u, stage).tolist() == want
+
+
+@pytest.mark.parametrize("model,gpu,pool,terms", [
+    ("llama3-8b", "h200", 64, "all"),  # stages share everything but the ends: priced once
+    ("llama3-8b", "h200", 64, "all,-lm_head"),
+    ("llama3-8b", "h200", 12, "all"),  # stage 1 starts mid-node: crossings differ, each stage its own
+    ("qwen3-30b-a3b", "h100", 64, "all"),  # MoE: each stage its own layers
+])
+def test_several_stages_and_prefixes_equal_one_stage_at_a_time(model, gpu, pool, terms):
+    job = _job(model, gpu, pool=pool)
+    cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
+    rng = np.random.default_rng(11)
+    n = 150
+    sizes = rng.choice([1, 2, 4, 8], n)
+    u = np.minimum(sizes, rng.choice([1, 2, 4, 8], n))
+    lengths = rng.integers(1, 300_000, n)
+    stages = tuple(range(job.pp))
+    for prefix in (None, (40, None, 0, 150), (7, 7, 7, 7)):
+        got = cm.alone_stage_totals(lengths, sizes, u, stages, prefix)
+        for s, k, row in zip(stages, prefix or (None,) * len(stages), got):
+            k = n if k is None else k
+            want = _reference(cm, lengths[:k], sizes[:k], u[:k], s)
+            assert row.tobytes() == want.tobytes(), (s, k)
