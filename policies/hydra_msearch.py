@@ -70,6 +70,7 @@ class TargetSearch:
     def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray,
                  budget: float, capacity: float | None = None) -> None:
         self.grid, self.tm, self.W, self.pp = grid, tm, pool, pp
+        self.budget, self.capacity = budget, capacity
         self.W_eff = float(pool) if capacity is None else capacity  # ranks the load spreads over (speed-weighted)
         self.token_cap = TOKEN_SLACK * pool * budget  # tokens one microbatch should hold at most
         self.lengths = lengths
@@ -80,6 +81,7 @@ class TargetSearch:
             self.R = np.bincount(grid.cell, weights=grid.scale, minlength=len(grid.lengths))
         self._heavy_cache: dict[bytes, tuple[np.ndarray, float, float, int]] = {}
         self._solved: dict[int, TargetChoice] = {}
+        self._rows: dict[int, tuple[_Resolved, int]] = {}  # every count :meth:`many` resolved: its batch and row
         self._upper = np.concatenate([tm.thresholds, [np.inf]])
         self._lower = np.concatenate([[0.0], tm.thresholds])
         self._floor = max(tm.slot_overhead, 1e-12)
@@ -255,7 +257,10 @@ class TargetSearch:
         m_eff = np.where(none, 0, np.where(need > ms, need, ms))
         level = np.where(none, 0.0, tau)
         est = m_eff * level + hsum + (self.pp - 1) * np.maximum(level, hmax)
-        return _Resolved(ms, tau, level, m_eff, hj, light_tokens, est)
+        out = _Resolved(ms, tau, level, m_eff, hj, light_tokens, est)
+        for i, m in enumerate(ms.tolist()):
+            self._rows.setdefault(m, (out, i))
+        return out
 
     def choice(self, b: _Resolved, i: int) -> TargetChoice:
         """Entry ``i`` of a batch as a :class:`TargetChoice` (what :meth:`at` returns)."""
@@ -275,29 +280,20 @@ class TargetSearch:
         hit = self._solved.get(m_light)
         if hit is not None:
             return hit
-        return self.choice(self.many(np.array([m_light])), 0)
+        row = self._rows.get(m_light)  # resolved in a batch already (the same numbers as alone)
+        return self.choice(*row) if row is not None else self.choice(self.many(np.array([m_light])), 0)
 
-
-_LAST: list[tuple] = []  # the last search: (grid, model, lengths, scalars, TargetSearch)
-
-
-def _search(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
-            capacity: float | None) -> TargetSearch:
-    """The TargetSearch of these inputs: the last one again when a plan asks for the same grid, model and
-    batch (HyDra re-targets a fixed m after its free pick: the heavy sets and counts it resolved are reused;
-    a search's numbers depend on its inputs only)."""
-    if _LAST:
-        g, t, lens, scalars, ts = _LAST[0]
-        if g is grid and t is tm and lens is lengths and scalars == (pool, pp, budget, capacity):
-            return ts
-    ts = TargetSearch(grid, tm, pool, pp, lengths, budget, capacity)
-    _LAST[:] = [(grid, tm, lengths, (pool, pp, budget, capacity), ts)]
-    return ts
+    def serves(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
+               capacity: float | None) -> bool:
+        """Whether this search was built for these inputs (the same objects and numbers)."""
+        return (self.grid is grid and self.tm is tm and self.lengths is lengths
+                and (self.W, self.pp, self.budget, self.capacity) == (pool, pp, budget, capacity))
 
 
 def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
                   num_microbatches: int | None = None, span: int = 8,
-                  capacity: float | None = None, ramp: bool = False) -> TargetChoice:
+                  capacity: float | None = None, ramp: bool = False, *,
+                  search: TargetSearch | None = None) -> TargetChoice:
     """The (τ, m) with the smallest 1F1B estimate; m fixed when ``num_microbatches`` is given (as far as the
     heavy sequences and the groups allow).
 
@@ -305,8 +301,18 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
     raised to what memory and the group structure need; the search stops once the estimate exceeds the
     best by ``STOP_ABOVE`` (τ only falls with m, so degrees, communication and heavy sets only grow).
     ``capacity``: the speed-weighted pool Σ 1/f of a job with stragglers (None: W).
-    The counts are resolved in blocks (16, 16, 32, 64, …: :meth:`TargetSearch.many`) and scanned in order."""
-    ts = _search(grid, tm, pool, pp, lengths, budget, capacity)
+    The counts are resolved in blocks (16, 16, 32, 64, …: :meth:`TargetSearch.many`) and scanned in order.
+    ``search``: a :class:`TargetSearch` of these same inputs to resolve the counts with, and to keep what it
+    resolved for the next call (HyDra re-targets a fixed m after its free pick, on the same grid and model:
+    the counts and heavy sets of the first call serve the second); None: a fresh one."""
+    if search is None:
+        ts = TargetSearch(grid, tm, pool, pp, lengths, budget, capacity)
+    elif search.serves(grid, tm, pool, pp, lengths, budget, capacity):
+        ts = search
+    else:
+        raise ValueError("choose_target: search was built for other inputs (grid, target model, pool, pp, "
+                         "lengths, budget or capacity); build TargetSearch(grid, tm, pool, pp, lengths, budget, "
+                         "capacity) for these")
     if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
         for m_l in range(num_microbatches, 0, -1):
             ch = ts.at(m_l)

@@ -71,6 +71,14 @@ def test_target_search_matches_the_first_version(n: int, w: int, pp: int, seed: 
         for fixed in (1, 3, 9, 40):
             assert same(hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity),
                         first.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity))
+        # one search serving a free pick and then fixed counts (as HyDra calls it): the same choices
+        shared = hydra_msearch.TargetSearch(grid, tm, w, pp, lengths, budget, capacity)
+        for fixed in (None, 9, 3, 40, 9):
+            assert same(hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity,
+                                                    search=shared),
+                        first.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity))
+        with pytest.raises(ValueError, match="search was built for other inputs"):
+            hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget + 1, 9, capacity=capacity, search=shared)
     if (n, w) == (256, 16):
         assert heavy_seen > 0  # the heavy-set path is exercised
 
@@ -120,6 +128,20 @@ def test_makespans_scalar_and_level_sweeps_agree(p: int, monkeypatch: pytest.Mon
         scalar = hydra_order.makespans_many(mats, p, stage_scale=scale)
         assert same(levels, scalar)
         assert same(scalar[2], hydra_order.makespans(mats[2], p, stage_scale=scale))
+
+
+def test_ramped_is_the_numpy_formula() -> None:
+    """ramped's Python floats equal the first version's numpy expression bit for bit, ramps of 1 to 14
+    microbatches (numpy sums 8 or more terms pairwise: both paths)."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        r = int(rng.integers(1, 15))
+        m = 2 * r + int(rng.integers(1, 40))
+        tau, a = float(rng.random() * 3), float(rng.choice([0.25, 0.5, rng.random()]))
+        ramp = tau * (a + (1.0 - a) * np.arange(r) / r)
+        want = np.r_[ramp, np.full(m - 2 * r, tau + 2.0 * float((tau - ramp).sum()) / (m - 2 * r)), ramp[::-1]]
+        got, got_r = hydra_order.ramped(m, tau, 64, r, a)
+        assert got_r == r and same(got, want)
 
 
 def test_orders_and_height_profiles_match_the_first_version() -> None:
