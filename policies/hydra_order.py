@@ -239,24 +239,37 @@ def makespan(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
     return float(makespans(np.asarray(heights)[None, :], p, phi, stage_scale)[0])
 
 
-def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Every order :func:`candidate_orders` may return (``ends`` = 0), the block's position among the light
-    microbatches of each row, and the number n of light ones. Row r puts the light microbatches before
-    position j_r, then the heavy block, then the rest: one gather from a [rows, m] index grid."""
-    idx = np.arange(len(heights))
-    hv, lt = idx[heavy], idx[~heavy]
-    blocks = [hv[np.argsort(-heights[hv], kind="stable")], hv[np.argsort(heights[hv], kind="stable")]]
-    if hv.size == 0 or lt.size == 0 or p == 1:
-        return np.concatenate([blocks[0], lt])[None, :].astype(np.int64), np.zeros(1, dtype=np.int64), 0
-    n = lt.size
+@lru_cache(maxsize=256)
+def _order_grid(n: int, nh: int, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The [rows, n + nh] index grid of :func:`_all_orders` into (light ones, the block tallest first, the
+    block tallest last), and the block's position among the n light microbatches of each row: the
+    structure depends on the counts only (read-only: shared between calls)."""
     positions = np.asarray(sorted(set(range(min(n, p) + 1)) | set(range(max(0, n - p), n + 1))
                                   | set(range(0, n + 1, -(-n // 16)))), dtype=np.int64)
     j = np.repeat(positions, 2)[:, None]  # two rows per position: tallest first, then last
-    t = np.arange(len(heights))[None, :]
-    src = np.concatenate([lt, blocks[0], blocks[1]])  # light ones, then the two block orders
-    first = n + hv.size * np.tile([0, 1], len(positions))[:, None]  # where the row's block starts in src
-    idx = np.where(t < j, t, np.where(t < j + hv.size, first + (t - j), t - hv.size))
-    return src[idx].astype(np.int64, copy=False), j[:, 0], n
+    t = np.arange(n + nh)[None, :]
+    first = n + nh * np.tile([0, 1], len(positions))[:, None]  # where the row's block starts in src
+    idx = np.where(t < j, t, np.where(t < j + nh, first + (t - j), t - nh))
+    j = j[:, 0]
+    idx.setflags(write=False)
+    j.setflags(write=False)
+    return idx, j
+
+
+def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Every order :func:`candidate_orders` may return (``ends`` = 0), the block's position among the light
+    microbatches of each row, and the number n of light ones. Row r puts the light microbatches before
+    position j_r, then the heavy block, then the rest: one gather from a [rows, m] index grid (cached by
+    counts; the block's two orders are stable sorts of its heights, in Python: a few microbatches)."""
+    h = heights.tolist()
+    hv = [i for i, x in enumerate(heavy.tolist()) if x]
+    lt = [i for i, x in enumerate(heavy.tolist()) if not x]
+    tallest = sorted(hv, key=lambda i: -h[i])  # = hv[np.argsort(-heights[hv], kind="stable")]
+    if not hv or not lt or p == 1:
+        return np.array(tallest + lt, dtype=np.int64)[None, :], np.zeros(1, dtype=np.int64), 0
+    idx, j = _order_grid(len(lt), len(hv), p)
+    src = np.array(lt + tallest + sorted(hv, key=lambda i: h[i]), dtype=np.int64)
+    return src[idx], j, len(lt)
 
 
 def candidate_orders(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) -> np.ndarray:
@@ -293,6 +306,21 @@ def best_makespans(problems: list[tuple[np.ndarray, np.ndarray, int]], p: int) -
 RAMP_FLOORS = (0.25, 0.5)  # the shortest ramp microbatch as a fraction of τ (candidates)
 
 
+@lru_cache(maxsize=256)
+def _ramp_factors(r: int, a: float) -> tuple[float, ...]:
+    """a + (1 − a)·k / r for k < r, as numpy evaluates ``a + (1.0 - a) * np.arange(r) / r``."""
+    return tuple(a + (1.0 - a) * k / r for k in range(r))
+
+
+def _ramped_list(m_light: int, tau: float, r: int, a: float) -> list[float]:
+    """:func:`ramped`'s heights for r ≥ 1 as a list of floats (the same operations in the same order)."""
+    ramp = [tau * f for f in _ramp_factors(r, a)]
+    gaps = [tau - x for x in ramp]
+    total = sum(gaps) if r < 8 else float(np.asarray(gaps).sum())  # numpy sums < 8 terms left to right
+    mid = m_light - 2 * r
+    return ramp + [tau + 2.0 * total / mid] * mid + ramp[::-1]
+
+
 def ramped(m_light: int, tau: float, p: int, r: int | None = None, a: float = RAMP_FLOORS[0]
            ) -> tuple[np.ndarray, int]:
     """``m_light`` heights that ramp linearly from a·τ towards τ over r microbatches at each end (r = min(p, ⌊m/3⌋)
@@ -300,9 +328,28 @@ def ramped(m_light: int, tau: float, p: int, r: int | None = None, a: float = RA
     r = min(p, m_light // 3) if r is None else r
     if r < 1 or p == 1:
         return np.full(m_light, float(tau)), 0
-    ramp = tau * (a + (1.0 - a) * np.arange(r) / r)
-    mid = m_light - 2 * r
-    return np.r_[ramp, np.full(mid, tau + 2.0 * float((tau - ramp).sum()) / mid), ramp[::-1]], r
+    return np.array(_ramped_list(m_light, float(tau), r, a), dtype=np.float64), r
+
+
+@lru_cache(maxsize=256)
+def _profile_rows(m_light: int, nh: int, p: int) -> tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]:
+    """For :func:`height_profile`: each profile's ramp length r (flat first, then r = 1.. with each floor),
+    and the rows of :func:`_all_orders` each profile keeps (never a block inside its ramps), concatenated,
+    with their profile and where each profile's rows start."""
+    ramps = (0,) + tuple(r for r in range(1, min(p, m_light // 3) + 1) for _ in RAMP_FLOORS)
+    n = m_light if nh and p > 1 else 0
+    j = _order_grid(n, nh, p)[1] if n else None
+    rows, owner = [], []
+    for i, r in enumerate(ramps):
+        e = min(r, n // 2)
+        sel = np.flatnonzero((j >= e) & (j <= n - e)) if n else np.zeros(1, dtype=np.int64)
+        rows.append(sel)
+        owner.append(np.full(sel.size, i))
+    sel, who = np.concatenate(rows), np.concatenate(owner)
+    starts = np.searchsorted(who, np.arange(len(ramps)))
+    for x in (sel, who, starts):
+        x.setflags(write=False)
+    return ramps, sel, who, starts
 
 
 def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) -> np.ndarray:
@@ -315,26 +362,21 @@ def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) 
     is scored with the heavy microbatches at their best position (:func:`best_order`), and the flat profile
     (every height τ) stays a candidate, so the choice is never worse than flat by the recurrence. Every
     profile × heavy position is one row of a single :func:`makespans` call (the candidate orders differ
-    between profiles only in the positions their ramps rule out)."""
-    flat = np.full(m_light, float(tau))
+    between profiles only in the positions their ramps rule out; which rows each profile keeps depends on
+    the counts only, cached)."""
     if m_light < 3 or p == 1:
-        return flat
+        return np.full(m_light, float(tau))
     hv = np.asarray(heavy_heights, dtype=np.float64)
-    profiles, ramps = [flat], [0]
+    tau = float(tau)
+    ramps, sel, who, starts = _profile_rows(m_light, hv.size, p)
+    profiles = [[tau] * m_light]
     for r in range(1, min(p, m_light // 3) + 1):
-        for a in RAMP_FLOORS:
-            profiles.append(ramped(m_light, tau, p, r, a)[0])
-            ramps.append(r)
-    heavy = np.r_[np.ones(hv.size, dtype=bool), np.zeros(m_light, dtype=bool)]
-    P = np.c_[np.broadcast_to(hv, (len(profiles), hv.size)), np.asarray(profiles)]  # [profiles, m]
-    orders, j, n = _all_orders(P[0], heavy, p)  # the block's order depends on the heavy heights only
-    rows, owner = [], []
-    for i, r in enumerate(ramps):
-        e = min(r, n // 2)
-        sel = np.flatnonzero((j >= e) & (j <= n - e)) if n else np.zeros(1, dtype=np.int64)
-        rows.append(sel)
-        owner.append(np.full(sel.size, i))
-    sel, who = np.concatenate(rows), np.concatenate(owner)
+        profiles.extend(_ramped_list(m_light, tau, r, a) for a in RAMP_FLOORS)
+    head = hv.tolist()
+    P = np.array([head + x for x in profiles], dtype=np.float64)  # [profiles, m]
+    heavy = np.zeros(P.shape[1], dtype=bool)
+    heavy[:hv.size] = True
+    orders, _, _ = _all_orders(P[0], heavy, p)  # the block's order depends on the heavy heights only
     t = makespans(P[who[:, None], orders[sel]], p)
-    scores = np.minimum.reduceat(t, np.searchsorted(who, np.arange(len(profiles))))
-    return profiles[int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))]
+    scores = np.minimum.reduceat(t, starts)
+    return np.array(profiles[int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))], dtype=np.float64)
