@@ -51,11 +51,11 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
                pricer: Pricer | None = None) -> WorkGrid:
     """Price a geometric grid spanning the batch's lengths at every allowed degree and engine (one call).
 
-    With a ``pricer``, every option is first priced at every stage on every fourth grid point (and the
+    With a ``pricer`` (a :class:`Pricer` of these ``lengths``), every option is first priced at every stage on every fourth grid point (and the
     last), the pricer narrowed to the stages that are the heaviest there, and the grid priced at those."""
     lo, hi = int(lengths.min()), int(lengths.max())
     npts = int(min(max_points, max(2, np.ceil(np.log(hi / lo) / np.log(ratio)) + 1))) if hi > lo else 1
-    grid = sorted_unique(np.r_[np.round(np.geomspace(lo, hi, npts)).astype(np.int64), lo, hi])
+    grid = sorted_unique(np.concatenate([np.round(np.geomspace(lo, hi, npts)).astype(np.int64), [lo, hi]]))
     G, K = len(grid), len(degrees)
     opt_k, opt_u = [], []
     for k, c in enumerate(degrees.tolist()):
@@ -120,31 +120,48 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
     alone = w_all + o_all[:, None]
     # the best option of each degree (the options of one degree are consecutive rows; first minimum on ties)
     ends = np.searchsorted(opt_k_a, np.arange(K + 1))
-    best_r = np.empty((K, G), dtype=np.int64)
-    for k in range(K):
-        a, b = int(ends[k]), int(ends[k + 1])
-        best_r[k] = a + np.argmin(alone[a:b], axis=0)
-    best_r = best_r.T  # [G, K]
+    # (one argmin over the degrees' rows padded to the most options with +inf, which never comes first)
+    counts = np.diff(ends)
+    width = int(counts.max()) if K else 1
+    if width == 1:
+        best_r = np.broadcast_to(ends[:-1], (G, K))
+    else:
+        off = np.arange(width)
+        pad = off[None, :] >= counts[:, None]  # [K, width]
+        vals = alone[np.where(pad, ends[:-1, None], ends[:-1, None] + off[None, :])]  # [K, width, G]
+        vals[pad] = np.inf
+        best_r = (ends[:-1, None] + np.argmin(vals, axis=1)).T  # [G, K]
     best_u = opt_u_a[best_r].astype(np.int64)
     best_w = w_all[best_r, np.arange(G)[:, None]]
     best_o = o_all[best_r]
     fits = grid[:, None] <= budget * degrees[None, :]
-    cell = np.searchsorted(grid, lengths, side="left")
+    # (through the pricer's sorted distinct lengths where there is one: a search of sorted keys is faster)
+    by_uniq = pricer is not None and pricer.inv.shape == lengths.shape  # (a pricer of these lengths)
+    if by_uniq:
+        cell_u = np.searchsorted(grid, pricer.uniq, side="left")
+        cell = cell_u[pricer.inv]
+    else:
+        cell = np.searchsorted(grid, lengths, side="left")
     # Per-sequence scale from the local power law of the smallest degree's column (the exponent per grid cell).
     w0 = best_w[:, 0]
     expo_cell = np.ones(G)
     if G > 1:
         with np.errstate(divide="ignore", invalid="ignore"):
             expo_cell[1:] = np.log(w0[1:] / w0[:-1]) / np.log(grid[1:] / grid[:-1])
-    scale = (lengths / grid[cell]) ** np.nan_to_num(expo_cell, nan=1.0)[cell]
+    expo = np.nan_to_num(expo_cell, nan=1.0)
+    if by_uniq:  # once per distinct length (elementwise: the same numbers)
+        scale = ((pricer.uniq / grid[cell_u]) ** expo[cell_u])[pricer.inv]
+    else:
+        scale = (lengths / grid[cell]) ** expo[cell]
     stage_scale = None
     if pricer is not None and len(t) > 1:
         # The first option's probes (the smallest degree), each stage's time over the heaviest stage's; every
         # sequence reads the probe at or above its length and counts with its work there.
         tp = t[:, :P]
         ratio_s = tp / np.maximum(tp.max(axis=0), 1e-30)  # [p, P]
-        j = np.minimum(np.searchsorted(grid[probe], lengths, side="left"), P - 1)
-        wt = np.bincount(j, weights=best_w[cell, 0] * scale, minlength=P)
+        j = np.minimum(np.searchsorted(grid[probe], pricer.uniq, side="left")[pricer.inv] if by_uniq
+                       else np.searchsorted(grid[probe], lengths, side="left"), P - 1)
+        wt = np.bincount(j, weights=w0[cell] * scale, minlength=P)
         stage_scale = ratio_s @ wt / max(float(wt.sum()), 1e-30)
     return WorkGrid(grid, degrees, best_u, best_o, best_w, fits, cell, scale,
                     extra_overhead=prices_fixed_costs(cost_model), stage_scale=stage_scale)
