@@ -409,13 +409,18 @@ class HyDra:
         starts_at = [0] + ends_at[:-1]
         go = np.lexsort((firsts, rows))
         engine_of: dict[tuple[int, int], Engine] = {}
+        ranks_of: dict[tuple[int, int], tuple[int, ...]] = {}  # blocks repeat across microbatches
         mbs: list[list[CPGroup]] = [[] for _ in keys]
+        group = CPGroup.of
         for g, r, first, c, u in zip(go.tolist(), rows[go].tolist(), firsts[go].tolist(), size[go].tolist(),
                                      engines[go].tolist()):
             engine = engine_of.get((c, u))
             if engine is None:
                 engine = engine_of[c, u] = engine_from_ulysses(c, u)
-            mbs[r].append(CPGroup(tuple(range(first, first + c)), tuple(id_list[starts_at[g]:ends_at[g]]), engine))
+            ranks = ranks_of.get((first, c))
+            if ranks is None:
+                ranks = ranks_of[first, c] = tuple(range(first, first + c))
+            mbs[r].append(group(ranks, tuple(id_list[starts_at[g]:ends_at[g]]), engine))
         caps = [layout.caps[keys[i]] for i in order]
         col_meta: dict[str, float] = {}
         if columns:  # every rank's own loads at its new position, each rank's column through the recurrence

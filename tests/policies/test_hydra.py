@@ -412,3 +412,17 @@ def test_budget_option_overrides_the_cost_model() -> None:
     plan = create_policy("hydra", max_seqlen_per_rank=6000).plan(batch, job, cm)
     check(plan, batch, job, 6000)
     assert plan.meta["max_tokens_per_rank"] == 6000
+
+
+def test_cpgroup_of_is_the_dataclass() -> None:
+    """CPGroup.of (the fast constructor HyDra's assembly uses) builds the same frozen object as CPGroup(...)."""
+    import dataclasses
+    import pickle
+
+    from dcpsim.policies.plan import CPGroup, Engine
+    e = Engine("hybrid", 2, 2)
+    a, b = CPGroup.of((4, 5, 6, 7), (11, 3), e), CPGroup((4, 5, 6, 7), (11, 3), e)
+    assert a == b and hash(a) == hash(b) and repr(a) == repr(b) and a.size == 4
+    assert pickle.loads(pickle.dumps(a)) == b and dataclasses.asdict(a) == dataclasses.asdict(b)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.ranks = (0,)  # type: ignore[misc]
