@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dcpsim.policies.hydra_order import best_makespans, ramped
-from dcpsim.policies.hydra_target import TargetModel, alone_load, pack_heights
+from dcpsim.policies.hydra_target import TargetModel, alone_load, pack_sorted
 from dcpsim.policies.hydra_grid import WorkGrid
 
 TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
@@ -60,7 +60,7 @@ class _Resolved:
 
 class TargetSearch:
     """τ(m) for any light microbatch count m, with the heavy set resolved (module docstring). Heavy packings
-    are cached by heavy set: the set changes only a few times over the range of m.
+    are kept by heavy set: the set changes only a few times over the range of m.
 
     Many counts are resolved at once (:meth:`many`): τ(m) for a vector of m is one [m, E] pass over the step
     function, the heavy set at τ is the cells whose threshold exceeds τ (a count: the cells sorted by
@@ -79,7 +79,6 @@ class TargetSearch:
         else:
             self.count = np.bincount(grid.cell, minlength=len(grid.lengths)).astype(np.float64)
             self.R = np.bincount(grid.cell, weights=grid.scale, minlength=len(grid.lengths))
-        self._heavy_cache: dict[bytes, tuple[np.ndarray, float, float, int]] = {}
         self._solved: dict[int, TargetChoice] = {}
         self._rows: dict[int, tuple[_Resolved, int]] = {}  # every count :meth:`many` resolved: its batch and row
         self._upper = np.concatenate([tm.thresholds, [np.inf]])
@@ -98,22 +97,6 @@ class TargetSearch:
         self._tok_j, self._excl_j, self._hsum_j, self._hmax_j = (np.zeros(G + 1) for _ in range(4))
         self._free_j = np.zeros(G + 1, dtype=np.int64)
 
-    def _heavy(self, heavy_cells: np.ndarray) -> tuple[np.ndarray, float, float, int]:
-        """(heights, tokens, rank-seconds excluded from the balance, free ranks) of a heavy cell set."""
-        key = np.packbits(heavy_cells).tobytes()
-        hit = self._heavy_cache.get(key)
-        if hit is None:
-            load, size, sized, rw = self._sequences()
-            seq = np.flatnonzero(heavy_cells[self.grid.cell])
-            sizes = size[seq]
-            heights = pack_heights(load[seq], sizes, self.W)
-            heavy_rw = float(rw[heavy_cells].sum())
-            spare = float(self.W * heights.sum()) - float(sized[seq].sum())
-            free = int(self.W * len(heights) - sizes.sum())
-            hit = (heights, float(self.lengths[seq].sum()), heavy_rw + spare, free)
-            self._heavy_cache[key] = hit
-        return hit
-
     def _sequences(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every sequence at its cell's heavy degree: load alone, size, size · share; each cell's rank-work
         there."""
@@ -125,14 +108,11 @@ class TargetSearch:
                              tm.rank_work[np.arange(len(tm.heavy_k)), tm.heavy_k])
         return self._per_seq
 
-    def _heavy_mask(self, j: int) -> np.ndarray:
-        """The heavy set of ``j`` cells: those of the j highest thresholds (a tie is all in or all out)."""
-        if j == 0:
-            return np.zeros(len(self.tm.heavy_thr), dtype=bool)
-        return self.tm.heavy_thr >= self._thr_desc[j - 1]
-
     def _heavy_of(self, js: list[int]) -> None:
-        """:meth:`_heavy` of the sets of ``js`` cells (the same numbers), into the per-count arrays, with the
+        """The heavy sets of ``js`` cells (the cells of the j highest thresholds; a tie is all in or all out)
+        into the per-count arrays: the heights of their first fit (:func:`pack_sorted`, the sequences kept
+        sorted the packing's way once), the tokens, the rank-seconds excluded from the balance (the cells'
+        rank-work at their heavy degree plus the microbatches' spare rank-seconds), the free ranks, and the
         heights' sum and largest; tokens and sizes are whole numbers, summed once over the cells in
         threshold order."""
         g, tm = self.grid, self.tm
@@ -145,14 +125,19 @@ class TargetSearch:
                 rank = np.empty_like(order)
                 rank[order] = np.arange(len(order))
                 tok = np.bincount(g.cell, weights=self.lengths, minlength=len(order))[order]
+                # the packing's order: degree falling, then load falling (a sort of the loads, then a stable
+                # radix sort of the degree indices; ties in load are equal heights either way)
+                by_load = np.argsort(-load)
+                by_class = by_load[np.argsort(-tm.heavy_k[g.cell][by_load].astype(np.int16), kind="stable")]
                 self._cum = (np.r_[0.0, np.cumsum(tok)],
                              np.r_[0, np.cumsum((self.count * g.degrees[tm.heavy_k])[order])].astype(np.int64),
-                             rank, rank[g.cell])
-            tok_cum, size_cum, rank, seq_rank = self._cum
+                             rank, rank[g.cell], load[by_class], size[by_class], rank[g.cell][by_class])
+            tok_cum, size_cum, rank, seq_rank, load_c, size_c, rank_c = self._cum
             # the set of j cells is the first j by threshold (a count of cells above some τ keeps ties
             # together); sequences and cells ascending, as a mask would list them
             seq = np.flatnonzero(seq_rank < j)
-            heights = pack_heights(load[seq], size[seq], self.W)
+            inside = rank_c < j  # the set's sequences in the packing's order
+            heights = pack_sorted(load_c[inside], size_c[inside], self.W)
             hsum = float(heights.sum())
             self._heights[j] = heights
             self._tok_j[j] = tok_cum[j]
@@ -169,11 +154,6 @@ class TargetSearch:
         tau_e = (tm.F[None, :] - excluded[:, None]) / (self.W_eff * m)[:, None] + tm.slot_overhead
         e = np.argmax(tau_e < self._upper, axis=1)
         return np.maximum(np.maximum(tau_e[np.arange(len(m)), e], self._lower[e]), self._floor)
-
-    def _structure(self, tau: float, heavy: np.ndarray) -> float:
-        """Ranks the light sequences above the smallest degree occupy at τ: per degree c, c times the groups
-        they need, at least one per sequence above τ/2 (no two share) and at least their load over τ."""
-        return float(self._structures(np.array([tau]), heavy[None, :])[0])
 
     def _degrees_at(self, tau: np.ndarray) -> np.ndarray:
         """[n, G]: :func:`cell_degrees`'s degree index of every cell at each τ of ``tau``. A cell holding

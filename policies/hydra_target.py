@@ -140,18 +140,24 @@ def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.nda
 def pack_heights(loads: np.ndarray, sizes: np.ndarray, pool: int) -> np.ndarray:
     """The microbatch heights of :func:`pack_heavy` (the same first fit), without the assignment: per degree
     class, largest first, the loads in falling order fill the microbatches' free slots in turn, so each
-    microbatch's tallest new load is the first one it takes.
+    microbatch's tallest new load is the first one it takes (:func:`pack_sorted` on the sorted loads)."""
+    order = np.lexsort((-loads, -sizes))  # degree falling, then load falling (ties: equal heights either way)
+    return pack_sorted(loads[order], sizes[order], pool)
 
-    Per class: the microbatches left with free ranks (few: a class of c ranks fills ⌊W/c⌋ per microbatch and
-    leaves W mod c, and only its last one partly) take their share one by one; the rest of the class opens
-    microbatches of ⌊W/c⌋ loads each, whose heights are every ⌊W/c⌋-th load (one slice)."""
-    classes = sorted(set(sizes.tolist()), reverse=True)
-    one = len(classes) == 1
+
+def pack_sorted(loads: np.ndarray, sizes: np.ndarray, pool: int) -> np.ndarray:
+    """:func:`pack_heights` of loads already ordered by degree (falling) and, within a degree, by load
+    (falling). Per class: the microbatches left with free ranks (few: a class of c ranks fills ⌊W/c⌋ per
+    microbatch and leaves W mod c, and only its last one partly) take their share one by one; the rest of
+    the class opens microbatches of ⌊W/c⌋ loads each, whose heights are every ⌊W/c⌋-th load (one slice)."""
+    if not len(sizes):
+        return np.zeros(0)
+    bounds = [0, *(np.flatnonzero(sizes[1:] != sizes[:-1]) + 1).tolist(), len(sizes)]
     segs: list[np.ndarray] = []  # the heights of the microbatches each class opened, in microbatch order
     open_: list[tuple[int, int, int]] = []  # (segment, index in it, free ranks) of those with free ranks
-    for c in classes:
-        items = np.sort(loads if one else loads[sizes == c])[::-1]
-        n, pos = len(items), 0
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        c, items = int(sizes[lo]), loads[lo:hi]
+        n, pos = hi - lo, 0
         if open_:
             still = []
             for si, pi, f in open_:
@@ -175,6 +181,4 @@ def pack_heights(loads: np.ndarray, sizes: np.ndarray, pool: int) -> np.ndarray:
             last = pool - c * (n - pos - per * (nb - 1))
             if last > 0:
                 open_.append((s, nb - 1, last))
-    if not segs:
-        return np.zeros(0)
     return segs[0] if len(segs) == 1 else np.concatenate(segs)
