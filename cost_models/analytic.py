@@ -139,13 +139,17 @@ class AnalyticCostModel:
         return self.alone_stage_totals(lengths, sizes, ulysses, (stage,))[0]
 
     def alone_stage_totals(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
-                           stages: tuple[int, ...], prefix: tuple[int | None, ...] | None = None) -> list[np.ndarray]:
+                           stages: tuple[int, ...], prefix: tuple[int | None, ...] | None = None,
+                           option: np.ndarray | None = None) -> list[np.ndarray]:
         """``[alone_total_s(lengths[:k], sizes[:k], ulysses[:k], s) for s, k in zip(stages, prefix)]`` (k None:
         every entry), the stages' shared part priced once where they differ only at the pipeline's ends (a dense
         model whose stages start on an NVLink-domain boundary: :meth:`stage_classes`' condition, under which
-        nothing but the embedding and the LM head reads the stage)."""
+        nothing but the embedding and the LM head reads the stage). With ``option``, ``sizes`` and ``ulysses``
+        list the distinct groups and sequence i is in a group like ``option[i]``: what depends on the group
+        alone (its links, its fixed costs) is priced once per group, the same numbers."""
         L = np.asarray(lengths, dtype=np.int64).astype(np.float64)
         size, u = np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64)
+        opt = None if option is None else np.asarray(option, dtype=np.int64)
         first = np.zeros(len(L), dtype=np.int64)
         job = self.job
         shared = not job.model.is_moe and self._stages_on_domain_boundaries()
@@ -155,8 +159,11 @@ class AnalyticCostModel:
         for s, k in zip(stages, ks):
             if core is None or not shared:
                 c = max(ks) if shared else k
-                core = self._core(L[:c], L[:c], size[:c], u[:c], None,
-                                  self._crossings(s, size[:c], u[:c], first[:c]), s)
+                if opt is None:
+                    core = self._core(L[:c], L[:c], size[:c], u[:c], None,
+                                      self._crossings(s, size[:c], u[:c], first[:c]), s)
+                else:
+                    core = self._option_core(L[:c], size, u, opt[:c], s)
             part = core if len(core[0]) == k else tuple(x[:k] for x in core)
             fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b = self._at_stage(part, first[:k], s)
             total = fwd + cp_f + bwd + cp_b  # GroupCosts.total_s's order; x + 0.0 is x (never -0.0)
@@ -167,6 +174,16 @@ class AnalyticCostModel:
             out.append(total)
         return out
 
+    def _option_core(self, L: np.ndarray, size: np.ndarray, u: np.ndarray, opt: np.ndarray, stage: int) -> tuple:
+        """:meth:`_core` of sequences ``L`` each alone in a contiguous group from rank 0 like group ``opt[i]`` of
+        ``size``, ``u``: the crossings and fixed costs priced per group and gathered (elementwise: the same)."""
+        ring_x, inner_x = self._crossings(stage, size, u, np.zeros(len(size), dtype=np.int64))
+        fixed = None
+        if self.terms.fixed_costs:
+            fixed_f, fixed_b = self.fixed_s(size.astype(np.float64) / u.astype(np.float64))
+            fixed = (fixed_f[opt], fixed_b[opt])
+        return self._core(L, L, size[opt], u[opt], None, (ring_x[opt], inner_x[opt]), stage, fixed=fixed)
+
     def _costs(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, first_rank: np.ndarray,
                gid: np.ndarray | None, crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:
         """group_costs' fields (fwd compute, fwd CP comm, bwd compute, bwd CP comm, fwd TP, bwd TP — both None
@@ -176,9 +193,10 @@ class AnalyticCostModel:
         return self._at_stage(self._core(L, tokens, size_i, u_i, gid, crossings, stage), first_rank, stage)
 
     def _core(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, gid: np.ndarray | None,
-              crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:
+              crossings: tuple[np.ndarray, np.ndarray], stage: int, fixed: tuple | None = None) -> tuple:
         """:meth:`_costs` before the stage's ends, TP and MoE terms: (fwd compute, fwd CP comm, bwd compute, bwd
-        CP comm, tokens per rank); of a dense model only ``crossings`` depend on the stage."""
+        CP comm, tokens per rank); of a dense model only ``crossings`` depend on the stage. ``fixed``: the
+        groups' :meth:`fixed_s` where known."""
         job, m = self.job, self.job.model
         nl, t = job.layers_per_stage, job.tp
         size = size_i.astype(np.float64)
@@ -225,8 +243,12 @@ class AnalyticCostModel:
         bwd = LINEAR_BWD_FACTOR * lin_f + att_b
         if self.terms.fixed_costs:
             # no ring anywhere: every group's r − 1 steps are 0, one number (x + the same scalar is the same sum)
-            fixed_f, fixed_b = (self.fixed_s(r) if n_ring
-                                else self._memoized("fixed_no_ring", lambda: self.fixed_s(1.0)))
+            if fixed is not None:
+                fixed_f, fixed_b = fixed
+            elif n_ring:
+                fixed_f, fixed_b = self.fixed_s(r)
+            else:
+                fixed_f, fixed_b = self._memoized("fixed_no_ring", lambda: self.fixed_s(1.0))
             fwd = fwd + fixed_f
             bwd = bwd + fixed_b
         return fwd, cp_f, bwd, cp_b, tpr

@@ -14,9 +14,9 @@ import numpy as np
 
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.hydra_work import (MIN_WORK_S, OPTION_KEY, Pricer, alone_time, engine_options, group_overhead,
-                                        prices_fixed_costs, sequence_work, sorted_unique, stage_classes_of,
-                                        stage_totals)
+from dcpsim.policies.hydra_work import (MIN_WORK_S, OPTION_KEY, Pricer, alone_time, class_times, engine_options,
+                                        group_overhead, prices_fixed_costs, sequence_work, sorted_unique,
+                                        stage_classes_of)
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,8 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         # rest of the grid ...
         all_l = np.concatenate([np.tile(grid[probe], n_opt), np.ones(n_opt, np.int64), np.full(n_opt, 2, np.int64),
                                 np.tile(grid[rest], n_opt)])
-        all_c = np.concatenate([np.repeat(oc, P), oc, oc, np.repeat(oc, R)])
-        all_u = np.concatenate([np.repeat(opt_u_a, P), opt_u_a, opt_u_a, np.repeat(opt_u_a, R)])
+        each = np.arange(n_opt)
+        all_o = np.concatenate([np.repeat(each, P), each, each, np.repeat(each, R)])  # the option of each
         n_probe = P * n_opt + 2 * n_opt
         # ... the probes at one stage of each class of stages that cost the same; the last stage's class (the
         # analytic model's heaviest everywhere: the LM head and loss) prices the rest of the grid too, kept if the
@@ -91,12 +91,8 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         rep = stage_classes_of(cost_model)
         last = rep[pp - 1]
         classes = tuple(sorted(set(rep)))
-        prefix = tuple(None if r == last and R else n_probe for r in classes)
-        several = getattr(cost_model, "alone_stage_totals", None)
-        if several is not None:  # one call: the work the stages share priced once
-            rows = several(all_l, all_c, all_u, classes, prefix)
-        else:
-            rows = [stage_totals(all_l[:k], all_c[:k], all_u[:k], cost_model, r) for r, k in zip(classes, prefix)]
+        rows = class_times(all_l, oc, opt_u_a, cost_model, classes,
+                           tuple(None if r == last and R else n_probe for r in classes), all_o)
         t_of = {r: row[:n_probe] for r, row in zip(classes, rows)}
         rest_last = rows[classes.index(last)][n_probe:] if R else None
         t = np.stack([t_of[rep[s]] for s in range(pp)])
@@ -113,7 +109,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         iso[:, probe] = (ts.max(axis=0) if len(ts) > 1 else ts[0]).reshape(n_opt, P)
         if R:
             if rest_last is None or any(rep[s] != last for s in kept):
-                rest_last = alone_time(all_l[n_probe:], all_c[n_probe:], all_u[n_probe:], cost_model, pricer.stages)
+                rest_last = alone_time(all_l[n_probe:], oc, opt_u_a, cost_model, pricer.stages, option=all_o[n_probe:])
             iso[:, rest] = rest_last.reshape(n_opt, R)
         w_all = np.maximum(MIN_WORK_S, iso - o_all[:, None])
         pricer.set_grid(grid, keys.tolist(), w_all)

@@ -77,29 +77,36 @@ def stage_totals(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, co
     return np.asarray(cost_model.group_costs(gb, stage).total_s, dtype=np.float64)
 
 
-def _class_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
-                 stages: tuple[int, ...] | None = None) -> list[np.ndarray]:
+def class_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
+                stages: tuple[int, ...] | None = None, prefix: tuple[int | None, ...] | None = None,
+                option: np.ndarray | None = None) -> list[np.ndarray]:
     """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``, one
-    [n] row per class of ``stages`` that cost the same (:func:`stage_classes_of`; None: every pipeline
-    stage), one cost-model call each."""
+    row per class of ``stages`` that cost the same (:func:`stage_classes_of`; None: every pipeline stage), in
+    one cost-model call (the cost model's ``alone_stage_totals``, else one call per class). Row i prices the
+    first ``prefix[i]`` lengths (None: all); with ``option``, ``sizes`` and ``ulysses`` are per option and
+    length j is priced at option ``option[j]``."""
     if stages is None:
         stages = tuple(range(getattr(cost_model.job, "pp", 1)))
     rep = stage_classes_of(cost_model)
     classes = tuple(dict.fromkeys(rep[s] for s in stages))
     several = getattr(cost_model, "alone_stage_totals", None)
-    if several is not None:  # one call: the work the stages share priced once
-        return several(lengths, sizes, ulysses, classes)
-    return [stage_totals(lengths, sizes, ulysses, cost_model, c) for c in classes]
+    if several is not None:  # the work the stages share priced once
+        return several(lengths, sizes, ulysses, classes, prefix, option)
+    if option is not None:
+        sizes, ulysses = np.asarray(sizes)[option], np.asarray(ulysses)[option]
+    ks = prefix or (None,) * len(classes)
+    return [stage_totals(lengths[:k], sizes[:k], ulysses[:k], cost_model, c) for c, k in zip(classes, ks)]
 
 
 def alone_time(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
-           stages: tuple[int, ...] | None = None) -> np.ndarray:
+           stages: tuple[int, ...] | None = None, *, option: np.ndarray | None = None) -> np.ndarray:
     """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``, at
     the pipeline stage where it is largest (the first stage adds the embedding, the last the LM head and
-    loss: 1F1B runs at the pace of the heaviest stage). ``stages``: the stages to look at (None: all)."""
+    loss: 1F1B runs at the pace of the heaviest stage). ``stages``: the stages to look at (None: all);
+    ``option``: as in :func:`class_times`."""
     if len(lengths) == 0:
         return np.zeros(0)
-    rows = _class_times(lengths, sizes, ulysses, cost_model, stages)
+    rows = class_times(lengths, sizes, ulysses, cost_model, stages, option=option)
     t = rows[0]
     for row in rows[1:]:  # (a max is exact: any order gives the same numbers)
         t = np.maximum(t, row)
@@ -316,8 +323,9 @@ class Pricer:
             else:
                 need = sorted_unique(flat_miss)
             r, j = need >> sh, need & ((1 << sh) - 1)
-            k = self._row_key[r]
-            iso = alone_time(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), self.cost_model, self.stages)
+            k = self._row_key[:self._rows]  # every row's option, each priced length at its row's
+            iso = alone_time(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), self.cost_model, self.stages,
+                             option=r)
             tab[need] = np.maximum(MIN_WORK_S, iso - self._overhead_rows(r))
             out = tab[flat]
         return out

@@ -89,3 +89,19 @@ def test_several_stages_and_prefixes_equal_one_stage_at_a_time(model, gpu, pool,
             k = n if k is None else k
             want = _reference(cm, lengths[:k], sizes[:k], u[:k], s)
             assert row.tobytes() == want.tobytes(), (s, k)
+
+
+@pytest.mark.parametrize("terms", ["all", "legacy", "all,-fixed_costs"])
+def test_per_option_groups_equal_per_sequence_groups(terms):
+    # the options listed once (one unused), each sequence pointing at its own: links and fixed costs priced
+    # per option give the per-sequence numbers
+    job = _job(pool=64)
+    cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
+    opts = np.array([[1, 1], [8, 1], [8, 8], [16, 4], [64, 8], [2, 2], [32, 1]])
+    rng = np.random.default_rng(2)
+    pick = rng.integers(0, len(opts) - 1, 120)
+    lengths = rng.integers(1, 300_000, 120)
+    got = cm.alone_stage_totals(lengths, opts[:, 0], opts[:, 1], (0, 1, 3), (None, 30, None), option=pick)
+    for s, k, row in zip((0, 1, 3), (120, 30, 120), got):
+        want = _reference(cm, lengths[:k], opts[pick[:k], 0], opts[pick[:k], 1], s)
+        assert row.tobytes() == want.tobytes(), s
