@@ -177,12 +177,19 @@ class AnalyticCostModel:
     def _option_core(self, L: np.ndarray, size: np.ndarray, u: np.ndarray, opt: np.ndarray, stage: int) -> tuple:
         """:meth:`_core` of sequences ``L`` each alone in a contiguous group from rank 0 like group ``opt[i]`` of
         ``size``, ``u``: the crossings and fixed costs priced per group and gathered (elementwise: the same)."""
-        ring_x, inner_x = self._crossings(stage, size, u, np.zeros(len(size), dtype=np.int64))
-        fixed = None
-        if self.terms.fixed_costs:
-            fixed_f, fixed_b = self.fixed_s(size.astype(np.float64) / u.astype(np.float64))
-            fixed = (fixed_f[opt], fixed_b[opt])
-        return self._core(L, L, size[opt], u[opt], None, (ring_x[opt], inner_x[opt]), stage, fixed=fixed)
+        # per group: kept for the next call with the same groups (a caller's option table grows rarely)
+        cache = self._memoized("option_groups", dict)
+        key = (stage, size.tobytes(), u.tobytes())
+        per = cache.get(key)
+        if per is None:
+            if len(cache) >= 64:
+                cache.clear()
+            ring_x, inner_x = self._crossings(stage, size, u, np.zeros(len(size), dtype=np.int64))
+            fixed = self.fixed_s(size.astype(np.float64) / u.astype(np.float64)) if self.terms.fixed_costs else None
+            per = cache[key] = (ring_x, inner_x, fixed)
+        ring_x, inner_x, fixed = per
+        return self._core(L, L, size[opt], u[opt], None, (ring_x[opt], inner_x[opt]), stage,
+                          fixed=None if fixed is None else (fixed[0][opt], fixed[1][opt]))
 
     def _costs(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, first_rank: np.ndarray,
                gid: np.ndarray | None, crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:
