@@ -144,7 +144,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
     if G > 1:
         with np.errstate(divide="ignore", invalid="ignore"):
             expo_cell[1:] = np.log(w0[1:] / w0[:-1]) / np.log(grid[1:] / grid[:-1])
-    expo = np.nan_to_num(expo_cell, nan=1.0)
+    expo = expo_cell if np.isfinite(expo_cell).all() else np.nan_to_num(expo_cell, nan=1.0)
     if by_uniq:  # once per distinct length (elementwise: the same numbers)
         scale = ((pricer.uniq / grid[cell_u]) ** expo[cell_u])[pricer.inv]
     else:

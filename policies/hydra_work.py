@@ -174,9 +174,10 @@ class Pricer:
         # costs a few array passes whatever the number of options in it.
         # [rows, distinct lengths] work (s); a row's stride is a power of two (entry = row << shift | length)
         self._shift = max(len(self.uniq) - 1, 1).bit_length()
-        self._tab = np.full((8, 1 << self._shift), np.nan)
-        self._tab_ovh = np.full(8, np.nan)  # [rows] group overhead (s)
-        self._row_key = np.zeros(8, dtype=np.int64)  # [rows] size · OPTION_KEY + ulysses
+        # (allocated by the first rows: the grid's options at once, one table)
+        self._tab = np.full((0, 1 << self._shift), np.nan)
+        self._tab_ovh = np.full(0, np.nan)  # [rows] group overhead (s)
+        self._row_key = np.zeros(0, dtype=np.int64)  # [rows] size · OPTION_KEY + ulysses
         self._rows = 0
         self._lut = np.full((1, 1), -1, dtype=np.int64)  # [size, ulysses] → row
 
@@ -186,7 +187,7 @@ class Pricer:
             return
         need = self._rows + len(keys)
         if need > len(self._row_key):
-            cap = max(need, 2 * len(self._row_key))
+            cap = max(need, 2 * len(self._row_key), 8)
             tab = np.full((cap, self._tab.shape[1]), np.nan)
             tab[:self._rows] = self._tab[:self._rows]
             ovh = np.full(cap, np.nan)
