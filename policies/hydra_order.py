@@ -191,9 +191,11 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
         h = Hs[i]
         stacked[r:r + h.shape[1], :h.shape[0]] = h.T
         r += h.shape[1]
-    dur = np.where(phase == 0, phi, 1.0 - phi)[:, None] * stacked[row]  # [ops, C]
-    if stage_scale is not None:  # each stage at its share of the heights (the heaviest stage's time)
-        dur *= np.asarray(stage_scale, dtype=np.float64)[_merged_stage(ms, p)][:, None]
+    dur = np.take(stacked, row, axis=0)  # [ops, C]: the heights, then × φ or 1 − φ in place (one array)
+    dur *= np.where(phase == 0, phi, 1.0 - phi)[:, None]
+    scale = None if stage_scale is None else np.asarray(stage_scale, dtype=np.float64)
+    if scale is not None:  # each stage at its share of the heights (the heaviest stage's time)
+        dur *= scale[_merged_stage(ms, p)][:, None]
     n = len(phase)
     end = np.zeros((n + 1, C))  # the last row stays 0: the target of "none"
     for lo, hi, both, k in steps:
@@ -201,7 +203,11 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
         seg = end[lo:hi]
         np.maximum(g[:k], g[k:], out=seg)
         seg += dur[lo:hi]
-    if len(keep) == 1:
+    if 0.0 <= phi <= 1.0 and stacked.min() >= 0.0 and (scale is None or scale.min() >= 0.0):
+        # no negative duration: a stage's ends only grow along its operations, so each column's largest end
+        # is the largest of its stages' last ones
+        best = np.maximum(end[_stage_ends(ms, p)].reshape(len(ms), p, C).max(axis=1), 0.0)
+    elif len(keep) == 1:
         best = end.max(axis=0)[None, :]
     else:
         grouped, starts = col
@@ -209,6 +215,19 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
     for j, i in enumerate(keep):
         out[i] = best[j, :Hs[i].shape[0]].copy()
     return out
+
+
+@lru_cache(maxsize=64)
+def _stage_ends(ms: tuple[int, ...], p: int) -> np.ndarray:
+    """[len(ms) · p]: the last operation of every (column, stage) of :func:`_merged`, column-major. A stage's
+    operations are a chain, each a level above the one before, so its last is its highest index there."""
+    _, _, (grouped, starts), _ = _merged(ms, p)
+    column = np.empty(len(grouped), dtype=np.int64)
+    column[grouped] = np.repeat(np.arange(len(ms)), np.diff(np.r_[starts, len(grouped)]))
+    last = np.full(len(ms) * p, -1, dtype=np.int64)
+    np.maximum.at(last, column * p + _merged_stage(ms, p), np.arange(len(grouped)))
+    last.setflags(write=False)
+    return last
 
 
 @lru_cache(maxsize=64)
