@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dcpsim.policies.hydra_order import best_makespans, ramped
-from dcpsim.policies.hydra_target import TargetModel, alone_load, pack_sorted
+from dcpsim.policies.hydra_target import TargetModel, alone_load, first_fit
 from dcpsim.policies.hydra_grid import WorkGrid
 
 TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
@@ -127,22 +127,36 @@ class TargetSearch:
                 tok = np.bincount(g.cell, weights=self.lengths, minlength=len(order))[order]
                 # the packing's order: degree falling, then load falling (a sort of the loads, then a stable
                 # radix sort of the degree indices; ties in load are equal heights either way)
+                k_seq = tm.heavy_k[g.cell]
                 by_load = np.argsort(-load)
-                by_class = by_load[np.argsort(-tm.heavy_k[g.cell][by_load].astype(np.int16), kind="stable")]
-                self._cum = (np.r_[0.0, np.cumsum(tok)],
-                             np.r_[0, np.cumsum((self.count * g.degrees[tm.heavy_k])[order])].astype(np.int64),
-                             rank, rank[g.cell], load[by_class], size[by_class], rank[g.cell][by_class])
-            tok_cum, size_cum, rank, seq_rank, load_c, size_c, rank_c = self._cum
+                by_class = by_load[np.argsort(-k_seq[by_load].astype(np.int16), kind="stable")]
+                zero = np.zeros(1)
+                # per heavy set (j) how many of its sequences each class holds: classes by falling degree
+                ks = np.flatnonzero(np.bincount(k_seq, minlength=len(g.degrees)))[::-1]
+                q = np.searchsorted(-ks, -k_seq)  # each sequence's class
+                per = np.bincount(rank[g.cell] * len(ks) + q, minlength=len(order) * len(ks))
+                in_j = np.cumsum(np.concatenate([np.zeros(len(ks), dtype=np.int64), per]).reshape(-1, len(ks)),
+                                 axis=0)
+                self._cum = (np.concatenate([zero, np.cumsum(tok)]),
+                             np.concatenate([zero, np.cumsum((self.count * g.degrees[tm.heavy_k])[order])]
+                                            ).astype(np.int64),
+                             rank, rank[g.cell], load[by_class], rank[g.cell][by_class], in_j,
+                             g.degrees[ks].tolist())
+            tok_cum, size_cum, rank, seq_rank, load_c, rank_c, in_j, class_ranks = self._cum
             # the set of j cells is the first j by threshold (a count of cells above some τ keeps ties
-            # together); sequences and cells ascending, as a mask would list them
-            seq = np.flatnonzero(seq_rank < j)
-            inside = rank_c < j  # the set's sequences in the packing's order
-            heights = pack_sorted(load_c[inside], size_c[inside], self.W)
+            # together); its sequences in the packing's order, each class one run of them
+            classes, lo = [], 0
+            for c, n in zip(class_ranks, in_j[j].tolist()):
+                if n:
+                    classes.append((c, lo, lo + n))
+                    lo += n
+            heights = first_fit(load_c[rank_c < j], classes, self.W)
             hsum = float(heights.sum())
             self._heights[j] = heights
             self._tok_j[j] = tok_cum[j]
+            # sequences and cells ascending, as a mask lists them
             self._excl_j[j] = (float(rw[rank < j].sum())
-                               + (float(self.W * hsum) - float(sized[seq].sum())))
+                               + (float(self.W * hsum) - float(sized[seq_rank < j].sum())))
             self._free_j[j] = int(self.W * len(heights) - size_cum[j])
             self._hsum_j[j] = hsum
             self._hmax_j[j] = float(heights.max())
@@ -331,8 +345,9 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
     for i in refine:
         ch = ts.choice(*at[i])
         light, r = ramped(ch.m_light, ch.level, pp) if ramp else (np.full(ch.m_light, ch.level), 0)
-        heights = np.r_[ch.heavy_heights, light]
-        problems.append((heights, np.r_[np.ones(ch.m_heavy, dtype=bool), np.zeros(ch.m_light, dtype=bool)], r))
+        heavy = np.zeros(ch.m_heavy + ch.m_light, dtype=bool)
+        heavy[:ch.m_heavy] = True
+        problems.append((np.concatenate([ch.heavy_heights, light]), heavy, r))
     for i, t in zip(refine, best_makespans(problems, pp)):
         t_all[i] = t
     best, best_t = 0, np.inf

@@ -153,10 +153,18 @@ def pack_sorted(loads: np.ndarray, sizes: np.ndarray, pool: int) -> np.ndarray:
     if not len(sizes):
         return np.zeros(0)
     bounds = [0, *(np.flatnonzero(sizes[1:] != sizes[:-1]) + 1).tolist(), len(sizes)]
+    return first_fit(loads, [(int(sizes[lo]), lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])], pool)
+
+
+def first_fit(loads: np.ndarray, classes: list[tuple[int, int, int]], pool: int) -> np.ndarray:
+    """:func:`pack_sorted` with the classes given: (ranks c, start, stop) of each class's loads, degree
+    falling, each class non-empty."""
+    if not classes:
+        return np.zeros(0)
     segs: list[np.ndarray] = []  # the heights of the microbatches each class opened, in microbatch order
     open_: list[tuple[int, int, int]] = []  # (segment, index in it, free ranks) of those with free ranks
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        c, items = int(sizes[lo]), loads[lo:hi]
+    for c, lo, hi in classes:
+        items = loads[lo:hi]
         n, pos = hi - lo, 0
         if open_:
             still = []
