@@ -157,7 +157,7 @@ class Pricer:
 
     ``work(pos, sizes, ulysses)`` equals ``sequence_work(lengths[pos], sizes, ulysses)`` and ``overhead`` equals
     :func:`group_overhead`; each call prices only what no earlier call priced, all of it in one cost-model call
-    per stage. Sequences of equal length share their price. Overheads are read at every stage. The work is
+    (:func:`class_times`). Sequences of equal length share their price. Overheads are read at every stage. The work is
     read at ``stages``: every stage until :meth:`narrow` keeps those that are the heaviest somewhere on a
     probe set (:func:`policies.hydra_grid.build_grid` probes every option on a geometric subgrid of the batch's lengths); with the
     analytic model that is the last stage (the LM head and loss make it the heaviest everywhere), a quarter of
@@ -315,9 +315,9 @@ class Pricer:
         out = tab[flat]
         miss = np.isnan(out)
         if np.count_nonzero(miss):
-            # every (option, distinct length) not priced yet, in one cost-model call per stage
+            # every (option, distinct length) not priced yet, in one cost-model call (class_times)
             flat_miss = flat[miss]
-            if len(flat_miss) > 64:  # sorted distinct entries by marking the memo's cells (no sort)
+            if 32 * len(flat_miss) > len(tab):  # many: sorted distinct entries by marking the memo's cells
                 mark = np.zeros(len(tab), dtype=bool)
                 mark[flat_miss] = True
                 need = np.flatnonzero(mark)
