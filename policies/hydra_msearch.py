@@ -85,6 +85,7 @@ class TargetSearch:
         self._lower = np.concatenate([[0.0], tm.thresholds])
         self._floor = max(tm.slot_overhead, 1e-12)
         self._records: tuple | None = None  # per cell its degree records (:meth:`_degrees_at`)
+        self._tables: tuple | None = None  # per (cell, degree) what :meth:`_structures` sums
         self._thr_asc = np.sort(tm.heavy_thr)
         self._thr_desc = self._thr_asc[::-1]
         self._tokens = float(lengths.sum())
@@ -103,9 +104,11 @@ class TargetSearch:
         if self._per_seq is None:
             g, tm = self.grid, self.tm
             k = tm.heavy_k[g.cell]
-            share = g.work[g.cell, k] * g.scale
-            self._per_seq = (share + g.overhead[g.cell, k], g.degrees[k], g.degrees[k] * share,
-                             tm.rank_work[np.arange(len(tm.heavy_k)), tm.heavy_k])
+            at = g.cell * len(g.degrees) + k  # (cell, its heavy degree) in the flat [G, K] tables
+            share = g.work.ravel().take(at) * g.scale
+            size = g.degrees.take(k)
+            self._per_seq = (share + g.overhead.ravel().take(at), size, size * share,
+                             tm.rank_work.ravel().take(np.arange(len(tm.heavy_k)) * len(g.degrees) + tm.heavy_k))
         return self._per_seq
 
     def _heavy_of(self, js: list[int]) -> None:
@@ -204,18 +207,25 @@ class TargetSearch:
         """:meth:`_structure` of each τ of ``tau`` with its heavy set (rows of ``heavy`` [n, G]); the per-degree
         sums run over the cells in the same order (one bincount over (row, degree) bins)."""
         g = self.grid
-        k = self._degrees_at(tau)
-        rows = ~heavy & (k > 0) & (self.count > 0)[None, :]
         K = len(g.degrees)
-        at = np.arange(k.shape[1])[None, :] * K + k
-        work, ovh = g.work.reshape(-1)[at], g.overhead.reshape(-1)[at]
-        bins = (np.arange(len(tau))[:, None] * K + k).reshape(-1)
-        half = np.bincount(bins, weights=np.where(rows, self.count * ((work + ovh) > tau[:, None] / 2), 0.0).reshape(-1),
-                           minlength=len(tau) * K).reshape(-1, K)
-        load = np.bincount(bins, weights=np.where(rows, self.R * work + self.count * ovh, 0.0).reshape(-1),
-                           minlength=len(tau) * K).reshape(-1, K)
+        if self._tables is None:  # per (cell, degree), flat: load alone, rank-seconds R·work + count·overhead
+            G = len(self.count)
+            self._tables = ((g.work + g.overhead).ravel(),
+                            (self.R[:, None] * g.work + self.count[:, None] * g.overhead).ravel(),
+                            np.arange(G) * K, self.count > 0)
+        alone, rank_s, base, has = self._tables
+        k = self._degrees_at(tau)
+        at = base + k
+        rows = ~heavy & (k > 0) & has
+        n = len(tau)
+        bins = (k + (np.arange(n) * K)[:, None]).ravel()
+        # count · (load alone > τ/2) where the row counts, else 0 (count ≥ 0: the same numbers)
+        half = np.bincount(bins, weights=np.where(rows & (alone.take(at) > tau[:, None] / 2), self.count, 0.0).ravel(),
+                           minlength=n * K).reshape(-1, K)
+        load = np.bincount(bins, weights=np.where(rows, rank_s.take(at), 0.0).ravel(),
+                           minlength=n * K).reshape(-1, K)
         groups = np.maximum(half, np.ceil(load / tau[:, None] - 1e-9))
-        return (g.degrees[None, :] * groups).sum(axis=1)
+        return (g.degrees * groups).sum(axis=1)
 
     def many(self, ms: np.ndarray) -> _Resolved:
         """:meth:`at` of every count in ``ms`` (ascending or not), as arrays."""
