@@ -63,10 +63,13 @@ class TargetModel:
 
 
 def build_target_model(grid: WorkGrid) -> TargetModel:
-    G = grid.work.shape[0]
+    G, K = grid.work.shape
     R = np.bincount(grid.cell, weights=grid.scale, minlength=G)
     wm = alone_load(grid)
-    prev_min = np.minimum.accumulate(np.c_[np.full(G, np.inf), wm[:, :-1]], axis=1)
+    before = np.empty_like(wm)  # each degree's predecessor's load alone (inf before the first)
+    before[:, 0] = np.inf
+    before[:, 1:] = wm[:, :-1]
+    prev_min = np.minimum.accumulate(before, axis=1)
     rec = np.isfinite(wm) & (wm < prev_min) & (R[:, None] > 0)
     rows, cols = np.nonzero(rec)  # row-major: each row's records by increasing degree
     # rank-seconds: the work, plus what each group above the smallest degree adds to its ranks' slots beyond
@@ -74,21 +77,23 @@ def build_target_model(grid: WorkGrid) -> TargetModel:
     count = np.bincount(grid.cell, minlength=G).astype(np.float64)
     extra = np.maximum(grid.overhead - grid.overhead[:, :1], 0.0) * float(grid.extra_overhead)
     rw = R[:, None] * grid.degrees[None, :] * grid.work + count[:, None] * grid.degrees[None, :] * extra
+    flat = rows * K + cols
+    rec_wm, rec_rw = wm.ravel().take(flat), rw.ravel().take(flat)  # at each record
     same = rows[1:] == rows[:-1]
     # Event at τ = share of record q: the cell drops from record q+1's degree to record q's.
-    ev_t = wm[rows[:-1], cols[:-1]][same]
-    ev_d = (rw[rows[:-1], cols[:-1]] - rw[rows[1:], cols[1:]])[same]
-    last = np.r_[~same, True]
+    ev_t = rec_wm[:-1][same]
+    ev_d = (rec_rw[:-1] - rec_rw[1:])[same]
+    last = np.concatenate([~same, np.ones(1, dtype=bool)])
     heavy_k = np.zeros(G, dtype=np.int64)
     heavy_thr = np.full(G, -np.inf)
     heavy_k[rows[last]] = cols[last]
-    heavy_thr[rows[last]] = wm[rows[last], cols[last]]
-    f_low = float(rw[rows[last], cols[last]].sum())
+    heavy_thr[rows[last]] = rec_wm[last]
+    f_low = float(rec_rw[last].sum())
     order = np.argsort(ev_t, kind="stable")
     thr = ev_t[order]
-    F = f_low + np.r_[0.0, np.cumsum(ev_d[order])]
+    F = f_low + np.concatenate([np.zeros(1), np.cumsum(ev_d[order])])
     return TargetModel(thr, F, heavy_thr, heavy_k, rw, float(grid.overhead[0, 0]), count, R,
-                       (rows, cols, wm[rows, cols]))
+                       (rows, cols, rec_wm))
 
 
 def solve_tau(tm: TargetModel, pool: float, m_light: int, excluded: float = 0.0) -> float:
