@@ -255,7 +255,7 @@ class AnalyticCostModel:
             elif n_ring:
                 fixed_f, fixed_b = self.fixed_s(r)
             else:
-                fixed_f, fixed_b = self._memoized("fixed_no_ring", lambda: self.fixed_s(1.0))
+                fixed_f, fixed_b = self._memoized("fixed_no_ring", lambda: self.fixed_s(np.ones(1)))
             fwd = fwd + fixed_f
             bwd = bwd + fixed_b
         return fwd, cp_f, bwd, cp_b, tpr

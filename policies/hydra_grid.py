@@ -132,10 +132,12 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
     best_o = o_all[best_r]
     fits = grid[:, None] <= budget * degrees[None, :]
     # (through the pricer's sorted distinct lengths where there is one: a search of sorted keys is faster)
-    by_uniq = pricer is not None and pricer.inv.shape == lengths.shape  # (a pricer of these lengths)
-    if by_uniq:
-        cell_u = np.searchsorted(grid, pricer.uniq, side="left")
-        cell = cell_u[pricer.inv]
+    # (a pricer of these lengths: its sorted distinct lengths and each length's index among them)
+    by_uniq = (pricer.uniq, pricer.inv) if pricer is not None and pricer.inv.shape == lengths.shape else None
+    if by_uniq is not None:
+        uniq, inv = by_uniq
+        cell_u = np.searchsorted(grid, uniq, side="left")
+        cell = cell_u[inv]
     else:
         cell = np.searchsorted(grid, lengths, side="left")
     # Per-sequence scale from the local power law of the smallest degree's column (the exponent per grid cell).
@@ -145,8 +147,8 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         with np.errstate(divide="ignore", invalid="ignore"):
             expo_cell[1:] = np.log(w0[1:] / w0[:-1]) / np.log(grid[1:] / grid[:-1])
     expo = expo_cell if np.isfinite(expo_cell).all() else np.nan_to_num(expo_cell, nan=1.0)
-    if by_uniq:  # once per distinct length (elementwise: the same numbers)
-        scale = ((pricer.uniq / grid[cell_u]) ** expo[cell_u])[pricer.inv]
+    if by_uniq is not None:  # once per distinct length (elementwise: the same numbers)
+        scale = ((uniq / grid[cell_u]) ** expo[cell_u])[inv]
     else:
         scale = (lengths / grid[cell]) ** expo[cell]
     stage_scale = None
@@ -155,7 +157,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         # sequence reads the probe at or above its length and counts with its work there.
         tp = t[:, :P]
         ratio_s = tp / np.maximum(tp.max(axis=0), 1e-30)  # [p, P]
-        j = np.minimum(np.searchsorted(grid[probe], pricer.uniq, side="left")[pricer.inv] if by_uniq
+        j = np.minimum(np.searchsorted(grid[probe], uniq, side="left")[inv] if by_uniq is not None
                        else np.searchsorted(grid[probe], lengths, side="left"), P - 1)
         wt = np.bincount(j, weights=w0[cell] * scale, minlength=P)
         stage_scale = ratio_s @ wt / max(float(wt.sum()), 1e-30)
