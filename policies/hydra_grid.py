@@ -51,8 +51,9 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
                pricer: Pricer | None = None) -> WorkGrid:
     """Price a geometric grid spanning the batch's lengths at every allowed degree and engine (one call).
 
-    With a ``pricer`` (a :class:`Pricer` of these ``lengths``), every option is first priced at every stage on every fourth grid point (and the
-    last), the pricer narrowed to the stages that are the heaviest there, and the grid priced at those."""
+    With a ``pricer`` (a :class:`Pricer` of these ``lengths``), every option is first priced at every stage on
+    every fourth grid point (and the last), the pricer narrowed to the stages that are the heaviest there, and
+    the grid priced at those."""
     lo, hi = int(lengths.min()), int(lengths.max())
     npts = int(min(max_points, max(2, np.ceil(np.log(hi / lo) / np.log(ratio)) + 1))) if hi > lo else 1
     grid = sorted_unique(np.concatenate([np.round(np.geomspace(lo, hi, npts)).astype(np.int64), [lo, hi]]))
