@@ -99,8 +99,8 @@ def _levels(m: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 def _merged(ms: tuple[int, ...], p: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], list]:
     """The schedules of several columns (m = ``ms``) as one: operations ordered by level (column by column
     within a level), each column's microbatches offset to its own rows. Returns per operation its phase and
-    row, the operations grouped by column (order, starts), and per level (start, stop, dependencies then
-    previous ops, count)."""
+    row, the operations grouped by column (order, starts), and per level (its slice of operations, and the
+    [2, ops] indices of their dependencies and previous operations)."""
     parts = [_levels(m, p) for m in ms]
     sizes = [len(x[0]) for x in parts]
     base = np.cumsum([0] + sizes)
@@ -124,7 +124,7 @@ def _merged(ms: tuple[int, ...], p: int) -> tuple[np.ndarray, np.ndarray, tuple[
     both[lo + np.arange(n)] = dep
     both[lo + k + np.arange(n)] = prev
     bounds = edges.tolist()
-    steps = [(a, b, both[2 * a:2 * b], b - a) for a, b in zip(bounds[:-1], bounds[1:])]
+    steps = [(slice(a, b), both[2 * a:2 * b].reshape(2, b - a)) for a, b in zip(bounds[:-1], bounds[1:])]
     grouped = np.argsort(col, kind="stable")  # the operations column by column, and where each column starts
     return phase, row, (grouped, np.searchsorted(col[grouped], np.arange(len(ms)))), steps
 
@@ -198,11 +198,12 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
         dur *= scale[_merged_stage(ms, p)][:, None]
     n = len(phase)
     end = np.zeros((n + 1, C))  # the last row stays 0: the target of "none"
-    for lo, hi, both, k in steps:
+    high = np.maximum
+    for at, both in steps:  # per level: its operations, the ends they wait for ([2, ops]: dependency, previous)
         g = end[both]
-        seg = end[lo:hi]
-        np.maximum(g[:k], g[k:], out=seg)
-        seg += dur[lo:hi]
+        seg = end[at]
+        high(g[0], g[1], out=seg)
+        seg += dur[at]
     if 0.0 <= phi <= 1.0 and stacked.min() >= 0.0 and (scale is None or scale.min() >= 0.0):
         # no negative duration: a stage's ends only grow along its operations, so each column's largest end
         # is the largest of its stages' last ones
