@@ -262,8 +262,8 @@ class TargetSearch:
         level = np.where(none, 0.0, tau)
         est = m_eff * level + hsum + (self.pp - 1) * np.maximum(level, hmax)
         out = _Resolved(ms, tau, level, m_eff, hj, light_tokens, est)
-        for i, m in enumerate(ms.tolist()):
-            self._rows.setdefault(m, (out, i))
+        for row, m in enumerate(ms.tolist()):
+            self._rows.setdefault(m, (out, row))
         return out
 
     def choice(self, b: _Resolved, i: int) -> TargetChoice:

@@ -358,11 +358,11 @@ def _profile_rows(m_light: int, nh: int, p: int) -> tuple[tuple[int, ...], np.nd
     with their profile and where each profile's rows start."""
     ramps = (0,) + tuple(r for r in range(1, min(p, m_light // 3) + 1) for _ in RAMP_FLOORS)
     n = m_light if nh and p > 1 else 0
-    j = _order_grid(n, nh, p)[1] if n else None
+    j = _order_grid(n, nh, p)[1] if n else np.zeros(1, dtype=np.int64)  # n = 0: one order, every profile
     rows, owner = [], []
     for i, r in enumerate(ramps):
         e = min(r, n // 2)
-        sel = np.flatnonzero((j >= e) & (j <= n - e)) if n else np.zeros(1, dtype=np.int64)
+        sel = np.flatnonzero((j >= e) & (j <= n - e))
         rows.append(sel)
         owner.append(np.full(sel.size, i))
     sel, who = np.concatenate(rows), np.concatenate(owner)
