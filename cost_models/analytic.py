@@ -163,7 +163,7 @@ class AnalyticCostModel:
                     core = self._core(L[:c], L[:c], size[:c], u[:c], None,
                                       self._crossings(s, size[:c], u[:c], first[:c]), s)
                 else:
-                    core = self._option_core(L[:c], size, u, opt[:c], s)
+                    core = self._option_core(L[:c], size, u, opt[:c], s, -1 if shared else s)
             part = core if len(core[0]) == k else tuple(x[:k] for x in core)
             fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b = self._at_stage(part, first[:k], s)
             total = fwd + cp_f + bwd + cp_b  # GroupCosts.total_s's order; x + 0.0 is x (never -0.0)
@@ -174,12 +174,14 @@ class AnalyticCostModel:
             out.append(total)
         return out
 
-    def _option_core(self, L: np.ndarray, size: np.ndarray, u: np.ndarray, opt: np.ndarray, stage: int) -> tuple:
+    def _option_core(self, L: np.ndarray, size: np.ndarray, u: np.ndarray, opt: np.ndarray, stage: int,
+                     key_stage: int) -> tuple:
         """:meth:`_core` of sequences ``L`` each alone in a contiguous group from rank 0 like group ``opt[i]`` of
-        ``size``, ``u``: the crossings and fixed costs priced per group and gathered (elementwise: the same)."""
+        ``size``, ``u``: the crossings and fixed costs priced per group and gathered (elementwise: the same).
+        ``key_stage``: the stage the per-group part is kept under (-1: the same at every stage)."""
         # per group: kept for the next call with the same groups (a caller's option table grows rarely)
         cache = self._memoized("option_groups", dict)
-        key = (stage, size.tobytes(), u.tobytes())
+        key = (key_stage, size.tobytes(), u.tobytes())
         per = cache.get(key)
         if per is None:
             if len(cache) >= 64:
