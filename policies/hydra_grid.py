@@ -46,6 +46,22 @@ class WorkGrid:
     stage_scale: np.ndarray | None = None
 
 
+def geomspace(lo: int, hi: int, num: int) -> np.ndarray:
+    """``np.geomspace(lo, hi, num)`` for positive integers lo ≤ hi (lo < hi when num > 1), computed as numpy
+    2.x computes it (10 ** linspace(log10 lo, log10 hi), the ends set to lo and hi) without its wrappers: the
+    same numbers, ~10x faster at 128 points (tests/policies/test_hydra_grid_parts.py holds it to numpy's)."""
+    if num == 1:
+        return np.array([float(lo)])
+    log_lo, log_hi = np.log10(np.float64(lo)), np.log10(np.float64(hi))
+    y = np.arange(0, num, dtype=np.float64)
+    y *= (log_hi - log_lo) / (num - 1)
+    y += log_lo
+    y[-1] = log_hi
+    out = np.power(10.0, y)
+    out[0], out[-1] = lo, hi
+    return out
+
+
 def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: JobSpec,
                cost_model: CostModel, budget: int, ratio: float = 1.05, max_points: int = 160,
                pricer: Pricer | None = None) -> WorkGrid:
@@ -56,7 +72,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
     the grid priced at those."""
     lo, hi = int(lengths.min()), int(lengths.max())
     npts = int(min(max_points, max(2, np.ceil(np.log(hi / lo) / np.log(ratio)) + 1))) if hi > lo else 1
-    grid = sorted_unique(np.concatenate([np.round(np.geomspace(lo, hi, npts)).astype(np.int64), [lo, hi]]))
+    grid = sorted_unique(np.concatenate([np.round(geomspace(lo, hi, npts)).astype(np.int64), [lo, hi]]))
     G, K = len(grid), len(degrees)
     opt_k, opt_u = [], []
     for k, c in enumerate(degrees.tolist()):
