@@ -88,6 +88,7 @@ class TargetSearch:
         self._tables: tuple | None = None  # per (cell, degree) what :meth:`_structures` sums
         self._thr_asc = np.sort(tm.heavy_thr)
         self._thr_desc = self._thr_asc[::-1]
+        self._cut = np.concatenate([[np.inf], self._thr_desc])  # a set of j cells: thresholds ≥ _cut[j]
         self._tokens = float(lengths.sum())
         self._per_seq: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._cum: tuple[np.ndarray, ...] | None = None  # running totals over the cells by threshold
@@ -165,10 +166,11 @@ class TargetSearch:
             self._hmax_j[j] = float(heights.max())
             self._known[j] = True
 
-    def _solve(self, m: np.ndarray, excluded: np.ndarray) -> np.ndarray:
-        """:func:`solve_tau` of every count in ``m`` with its own ``excluded``."""
+    def _solve(self, m: np.ndarray, excluded: np.ndarray | None) -> np.ndarray:
+        """:func:`solve_tau` of every count in ``m`` with its own ``excluded`` (None: nothing; F − 0 = F)."""
         tm = self.tm
-        tau_e = (tm.F[None, :] - excluded[:, None]) / (self.W_eff * m)[:, None] + tm.slot_overhead
+        num = tm.F[None, :] if excluded is None else tm.F[None, :] - excluded[:, None]
+        tau_e = num / (self.W_eff * m)[:, None] + tm.slot_overhead
         e = np.argmax(tau_e < self._upper, axis=1)
         return np.maximum(np.maximum(tau_e[np.arange(len(m)), e], self._lower[e]), self._floor)
 
@@ -232,7 +234,7 @@ class TargetSearch:
         tm = self.tm
         ms = np.asarray(ms, dtype=np.int64)
         n = len(ms)
-        tau = self._solve(ms, np.zeros(n))
+        tau = self._solve(ms, None)
         hj = np.zeros(n, dtype=np.int64)  # heavy set: how many cells
         excl = np.zeros(n)
         live = np.ones(n, dtype=bool)
@@ -248,8 +250,7 @@ class TargetSearch:
             excl[i] = self._excl_j[now[i]]
             tau[i] = self._solve(ms[i], excl[i])
         tok, free, hsum, hmax = self._tok_j[hj], self._free_j[hj], self._hsum_j[hj], self._hmax_j[hj]
-        cut = np.where(hj > 0, self._thr_desc[np.maximum(hj - 1, 0)], np.inf)
-        masks = tm.heavy_thr[None, :] >= cut[:, None]
+        masks = tm.heavy_thr[None, :] >= self._cut[hj][:, None]  # the heavy set of hj cells
         light_tokens = self._tokens - tok
         need = np.maximum(np.ceil((self._structures(tau, masks) - free) / self.W - 1e-9),
                           np.ceil(light_tokens / self.token_cap - 1e-9)).astype(np.int64)
