@@ -169,13 +169,14 @@ class Pricer:
         self.uniq, self.inv = np.unique(np.asarray(lengths, dtype=np.int64), return_inverse=True)
         self.stages: tuple[int, ...] | None = None  # None: every stage
         self.may_narrow = narrow
-        # The memo: one row per option (size, ulysses), one column per distinct length; nan: not priced yet.
+        # The memo: one row per option (size, ulysses), one column per distinct length, and which are priced.
         # Rows are found through a dense look-up table indexed [size, ulysses] (-1: no row yet), so a request
         # costs a few array passes whatever the number of options in it.
         # [rows, distinct lengths] work (s); a row's stride is a power of two (entry = row << shift | length)
         self._shift = max(len(self.uniq) - 1, 1).bit_length()
-        # (allocated by the first rows: the grid's options at once, one table)
-        self._tab = np.full((0, 1 << self._shift), np.nan)
+        # (allocated by the first rows: the grid's options at once, one table; only the flags are cleared)
+        self._tab = np.empty((0, 1 << self._shift))
+        self._known = np.zeros((0, 1 << self._shift), dtype=bool)  # [rows, distinct lengths] priced yet
         self._tab_ovh = np.full(0, np.nan)  # [rows] group overhead (s)
         self._row_key = np.zeros(0, dtype=np.int64)  # [rows] size · OPTION_KEY + ulysses
         self._rows = 0
@@ -188,8 +189,11 @@ class Pricer:
         need = self._rows + len(keys)
         if need > len(self._row_key):
             cap = max(need, 2 * len(self._row_key), 8)
-            tab = np.full((cap, self._tab.shape[1]), np.nan)
+            tab = np.empty((cap, self._tab.shape[1]))
             tab[:self._rows] = self._tab[:self._rows]
+            known = np.zeros((cap, self._tab.shape[1]), dtype=bool)
+            known[:self._rows] = self._known[:self._rows]
+            self._known = known
             ovh = np.full(cap, np.nan)
             ovh[:self._rows] = self._tab_ovh[:self._rows]
             rk = np.zeros(cap, dtype=np.int64)
@@ -276,7 +280,11 @@ class Pricer:
         """Known overheads (keys size · 2^20 + ulysses), priced as :func:`group_overhead` prices them."""
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
         if keys.size:
-            rows = self._rows_of(keys // OPTION_KEY, keys % OPTION_KEY)  # (may grow the memo)
+            if self._rows == 0 and bool((keys[1:] > keys[:-1]).all()):  # a fresh memo, keys rising (the grid's)
+                self._new_rows(keys)  # (the rows _rows_of would give them: sorted distinct keys in order)
+                rows = np.arange(len(keys))
+            else:
+                rows = self._rows_of(keys // OPTION_KEY, keys % OPTION_KEY)  # (may grow the memo)
             self._tab_ovh[rows] = np.asarray(overheads, dtype=np.float64)
 
     def _overhead_rows(self, rows: np.ndarray) -> np.ndarray:
@@ -311,9 +319,9 @@ class Pricer:
         else:
             rows = self._rows_of(np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64))
             flat = ((rows if rows.shape == (n,) else np.broadcast_to(rows, (n,))) << sh) + li
-        tab = self._tab.reshape(-1)  # a view: the memo is C-contiguous
+        tab, known = self._tab.reshape(-1), self._known.reshape(-1)  # views: the memo is C-contiguous
         out = tab[flat]
-        miss = np.isnan(out)
+        miss = ~known[flat]
         if np.count_nonzero(miss):
             # every (option, distinct length) not priced yet, in one cost-model call (class_times)
             flat_miss = flat[miss]
@@ -328,6 +336,7 @@ class Pricer:
             iso = alone_time(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), self.cost_model, self.stages,
                              option=r)
             tab[need] = np.maximum(MIN_WORK_S, iso - self._overhead_rows(r))
+            known[need] = True
             out = tab[flat]
         return out
 
