@@ -267,16 +267,21 @@ class HyDra:
         least total priced load over the (non-heavy) sequences of that degree. Heavy sequences, alone in
         their groups, keep their own best. Returns engines, exact shares and group overheads by (c, u)."""
         u_seq = u_seq.copy()
+        light = np.flatnonzero(~heavy)
+        by = light[np.argsort(sizes[light], kind="stable")]  # by degree, each degree's in batch order
+        cs = sizes[by]
+        cut = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]]) if len(by) else np.zeros(0, dtype=np.int64)
+        members = {c: by[a:b] for c, a, b in zip(cs[cut].tolist(), cut.tolist(), np.r_[cut[1:], len(by)].tolist())}
         pos, opt = [], []
-        for c in sorted_unique(sizes[~heavy]).tolist():
-            members = np.flatnonzero((sizes == c) & ~heavy)
+        for c, m in members.items():
             for u in engine_options(c, self.cp_engine, job):
-                pos.append(members)
+                pos.append(m)
                 opt.append((c, u))
         if opt:
             reps = np.concatenate(pos)
-            oc = np.concatenate([np.full(len(p), c) for p, (c, _) in zip(pos, opt)])
-            ou = np.concatenate([np.full(len(p), u) for p, (_, u) in zip(pos, opt)])
+            counts = [len(p) for p in pos]
+            oc = np.repeat(np.asarray([c for c, _ in opt], dtype=np.int64), counts)
+            ou = np.repeat(np.asarray([u for _, u in opt], dtype=np.int64), counts)
             w = pricer.work(reps, oc, ou)
             o = pricer.overhead(np.array([c for c, _ in opt]), np.array([u for _, u in opt]))
             ends = np.cumsum([len(p) for p in pos])
@@ -288,7 +293,7 @@ class HyDra:
                 if c not in best or total < best[c][0] * (1 - 1e-12):
                     best[c] = (total, u, j)
             for c, (_, u, _) in best.items():
-                u_seq[(sizes == c) & ~heavy] = u
+                u_seq[members[c]] = u
         shares = pricer.work(np.arange(len(lengths)), sizes, u_seq)
         pairs = sorted_unique(sizes * OPTION_KEY + u_seq)
         o = pricer.overhead(pairs // OPTION_KEY, pairs % OPTION_KEY)
