@@ -187,11 +187,13 @@ class AnalyticCostModel:
             if len(cache) >= 64:
                 cache.clear()
             ring_x, inner_x = self._crossings(stage, size, u, np.zeros(len(size), dtype=np.int64))
-            fixed = self.fixed_s(size.astype(np.float64) / u.astype(np.float64)) if self.terms.fixed_costs else None
-            per = cache[key] = (ring_x, inner_x, fixed)
-        ring_x, inner_x, fixed = per
-        return self._core(L, L, size[opt], u[opt], None, (ring_x[opt], inner_x[opt]), stage,
-                          fixed=None if fixed is None else (fixed[0][opt], fixed[1][opt]))
+            size_f, u_f = size.astype(np.float64), u.astype(np.float64)
+            r = size_f / u_f
+            fixed = self.fixed_s(r) if self.terms.fixed_costs else None
+            per = cache[key] = (ring_x, inner_x, fixed, size_f, u_f, r)
+        ring_x, inner_x, fixed, size_f, u_f, r = per
+        return self._core(L, L, size_f[opt], u_f[opt], None, (ring_x[opt], inner_x[opt]), stage,
+                          fixed=None if fixed is None else (fixed[0][opt], fixed[1][opt]), r=r[opt])
 
     def _costs(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, first_rank: np.ndarray,
                gid: np.ndarray | None, crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:
@@ -202,15 +204,20 @@ class AnalyticCostModel:
         return self._at_stage(self._core(L, tokens, size_i, u_i, gid, crossings, stage), first_rank, stage)
 
     def _core(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, gid: np.ndarray | None,
-              crossings: tuple[np.ndarray, np.ndarray], stage: int, fixed: tuple | None = None) -> tuple:
+              crossings: tuple[np.ndarray, np.ndarray], stage: int, fixed: tuple | None = None,
+              r: np.ndarray | None = None) -> tuple:
         """:meth:`_costs` before the stage's ends, TP and MoE terms: (fwd compute, fwd CP comm, bwd compute, bwd
         CP comm, tokens per rank); of a dense model only ``crossings`` depend on the stage. ``fixed``: the
-        groups' :meth:`fixed_s` where known."""
+        groups' :meth:`fixed_s` where known; ``r``: their ring degrees size / u where known (then ``size_i`` and
+        ``u_i`` are float64)."""
         job, m = self.job, self.job.model
         nl, t = job.layers_per_stage, job.tp
-        size = size_i.astype(np.float64)
-        u = u_i.astype(np.float64)
-        r = size / u
+        if r is None:
+            size = size_i.astype(np.float64)
+            u = u_i.astype(np.float64)
+            r = size / u
+        else:
+            size, u = size_i, u_i
         G = len(size)
         tpr = tokens / size
 
@@ -362,9 +369,9 @@ class AnalyticCostModel:
         if last:
             h_f, h_b = head_compute_s(job, self._cal, tpr)
             fwd, bwd = (fwd + h_f, bwd + h_b) if first else (h_f, h_b)
-        if self.terms.tp_comm:
+        if self.terms.tp_comm and job.tp != 1:
             tp_f, tp_b = ends_tp_comm_s(job, self._cal, tpr, first, last)
-        else:
+        else:  # (as ends_tp_comm_s gives at TP 1)
             tp_f = tp_b = np.zeros_like(tpr)
         return fwd, bwd, tp_f, tp_b
 
