@@ -41,7 +41,7 @@ from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra_columns import balance_columns
 from dcpsim.policies.hydra_order import best_order, candidate_orders, height_profile, makespans
 from dcpsim.policies.hydra_placement import Layout, place
-from dcpsim.policies.hydra_msearch import TargetChoice, choose_target
+from dcpsim.policies.hydra_msearch import TargetChoice, TargetSearch, choose_target
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees
 from dcpsim.policies.hydra_grid import build_grid
 from dcpsim.policies.hydra_work import (OPTION_KEY, Pricer, allowed_degrees, engine_options, prices_fixed_costs,
@@ -157,8 +157,10 @@ class HyDra:
         pricer = Pricer(lengths, cost_model)
         grid = build_grid(lengths, D, self.cp_engine, job, cost_model, M, pricer=pricer)
         tm = build_target_model(grid)
-        choice = choose_target(grid, tm, W, job.pp, lengths, M, self.num_microbatches,
-                               capacity=None if slow is None else float((1.0 / slow).sum()))
+        capacity = None if slow is None else float((1.0 / slow).sum())
+        search = TargetSearch(grid, tm, W, job.pp, lengths, M, capacity)  # shared by every count tried below
+        choice = choose_target(grid, tm, W, job.pp, lengths, M, self.num_microbatches, capacity=capacity,
+                               search=search)
 
         first_version = not grid.extra_overhead  # no fixed costs priced: plan as the first version did
         use_profile = (not first_version) if self.profile is None else self.profile
@@ -210,8 +212,7 @@ class HyDra:
             for m_alt in counts:
                 if m_alt < 2 * job.pp or m_alt <= choice.m_heavy:
                     continue
-                alt = choose_target(grid, tm, W, job.pp, lengths, M, m_alt,
-                                    capacity=None if slow is None else float((1.0 / slow).sum()))
+                alt = choose_target(grid, tm, W, job.pp, lengths, M, m_alt, capacity=capacity, search=search)
                 m_got = alt.m_light + alt.m_heavy
                 if m_got in tried or (m_alt not in extra_m and m_got > m0):  # extra counts may exceed m
                     continue
