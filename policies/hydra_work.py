@@ -335,7 +335,10 @@ class Pricer:
             k = self._row_key[:self._rows]  # every row's option, each priced length at its row's
             iso = alone_time(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), self.cost_model, self.stages,
                              option=r)
-            tab[need] = np.maximum(MIN_WORK_S, iso - self._overhead_rows(r))
+            lack = np.flatnonzero(np.isnan(self._tab_ovh[:self._rows]))  # (only rows new in this call: in r)
+            if lack.size:
+                self._overhead_rows(lack)
+            tab[need] = np.maximum(MIN_WORK_S, iso - self._tab_ovh[r])
             known[need] = True
             out = tab[flat]
         return out
