@@ -136,6 +136,7 @@ class TargetSearch:
                 by_class = by_load[np.argsort(-k_seq[by_load].astype(np.int16), kind="stable")]
                 zero = np.zeros(1)
                 # per heavy set (j) how many of its sequences each class holds: classes by falling degree
+                # (the grid's degrees ascend strictly: one class per degree index)
                 ks = np.flatnonzero(np.bincount(k_seq, minlength=len(g.degrees)))[::-1]
                 q = np.searchsorted(-ks, -k_seq)  # each sequence's class
                 per = np.bincount(rank[g.cell] * len(ks) + q, minlength=len(order) * len(ks))
