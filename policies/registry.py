@@ -26,7 +26,6 @@ is an error naming the policy, the option, the value and what is valid, never a 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import math
 import numbers
@@ -181,15 +180,21 @@ def option(default: Any, *, ge: float | None = None, gt: float | None = None, le
     return dataclasses.field(default=default, metadata={OPTION_METADATA: meta})
 
 
-@functools.cache
+_OPTION_TYPES: dict[type, dict[str, OptionType]] = {}  # by class: every policy built checks its options
+
+
 def option_types(cls: type) -> dict[str, OptionType]:
-    """The options of a dataclass (its init fields, except ``name``) and their types (computed once per class:
-    every policy built checks its options against them; callers must not mutate the dict)."""
+    """The options of a dataclass (its init fields, except ``name``) and their types (computed once per class;
+    callers must not mutate the dict)."""
+    cached = _OPTION_TYPES.get(cls)
+    if cached is not None:
+        return cached
     if not dataclasses.is_dataclass(cls):
         return {}
     hints = get_type_hints(cls)
-    return {f.name: OptionType.of(hints[f.name], f.metadata) for f in dataclasses.fields(cls)
-            if f.init and f.name != "name"}
+    out = _OPTION_TYPES[cls] = {f.name: OptionType.of(hints[f.name], f.metadata) for f in dataclasses.fields(cls)
+                                if f.init and f.name != "name"}
+    return out
 
 
 def check_options(policy: Any) -> None:
