@@ -20,8 +20,9 @@ phase A's bins. Bins sit in one max-heap of room per class (each bin in exactly 
 ``heapreplace``, no entry goes stale); each sequence takes the roomiest top over the classes it may use (its
 work re-priced at that class's size and engine: a short document may ride in the spare capacity of a long
 sequence's group), provided load and tokens fit. A top that fails only the token check waits in a heap
-keyed by the longest sequence it can still take and returns when a short enough one comes; a sequence that
-fits nowhere opens a microbatch. Other classes are ranked by the grid's power-law estimate of the work (no
+keyed by the longest sequence it can still take and returns when a short enough one comes (a bin that the next
+sequence could not join by tokens goes there as soon as it takes a sequence); a sequence that fits nowhere
+opens a microbatch. Other classes are ranked by the grid's power-law estimate of the work (no
 pricing per candidate) and what lands there is priced exactly at the end, in one call. Used free blocks
 become groups; the result is a :class:`Layout` of arrays.
 
@@ -344,6 +345,7 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
 
     inf = float("inf")
     tops = [h[0][0] if h else inf for h in heaps]  # each class heap's top key (inf: empty), kept in step
+    L_next = L_l[1:] + [0.0]  # the next sequence's length (fill sequences come longest first)
 
     def put(j: int, cand: tuple[int, ...]) -> None:
         """Sequence j into the roomiest bin that takes it among the classes ``cand`` (LPT's step)."""
@@ -388,9 +390,13 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
                 heapq.heappush(blocked, (-(lim_ - tok_l[g]) * csz[bc], g))
                 continue
             load_l[g] += w
-            tok_l[g] += t
-            heapq.heapreplace(h, (load_l[g] - cap_l[g], g))
-            tops[bc] = h[0][0]
+            tok = tok_l[g] = tok_l[g] + t
+            if tok + L_next[j] / csz[bc] > lim_:  # the next (longest remaining) sequence cannot join: blocked
+                heapq.heappop(h)  # now, where it would go when it next reached the top
+                heapq.heappush(blocked, (-(lim_ - tok) * csz[bc], g))
+            else:
+                heapq.heapreplace(h, (load_l[g] - cap_l[g], g))
+            tops[bc] = h[0][0] if h else inf
             where_l[j] = g
             return
 
