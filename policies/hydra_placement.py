@@ -332,7 +332,7 @@ def _fill(pk: _Packer, heavy_mbs: int, small: np.ndarray, lengths: np.ndarray, s
     cut = np.searchsorted(cls_a[by], np.arange(nc + 1)).tolist()
     pairs = list(zip(keys_a[by].tolist(), by.tolist()))
     heaps: list[list[tuple[float, int]]] = [pairs[cut[c]:cut[c + 1]] for c in range(nc)]
-    work_l = [work[j].tolist() for j in range(nc)]
+    work_l = work.tolist()
     L_l = L.tolist()
     where_l = [-1] * ns
     blocked: list[tuple[float, int]] = []  # (−longest sequence it can take, bin)
