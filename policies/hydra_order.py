@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dcpsim.policies.pipeline_order import stage_order
+from dcpsim.policies.pipeline_order import one_f_one_b_position
 
 FORWARD_FRACTION = 0.3
 
@@ -34,50 +34,49 @@ def _schedule(m: int, p: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray],
     one level do not depend on each other), and for each operation the index of the operation it waits for
     on the neighbouring stage and of the previous operation on its own stage (−1: none; the caller maps −1
     to a row of zeros). The structure depends on (m, p) only, never on durations: computed once, reused."""
-    phase: list[int] = []
-    mb: list[int] = []
-    dep: list[int] = []
-    prev: list[int] = []
-    index: dict[tuple[int, int, int], int] = {}
-    orders = [list(zip(*(a.tolist() for a in stage_order(s, p, m)))) for s in range(p)]
-    for s in range(p):
-        last = -1
-        for ph, k in orders[s]:
-            index[(s, ph, k)] = len(phase)
-            phase.append(ph)
-            mb.append(k)
-            prev.append(last)
-            last = len(phase) - 1
-    for s in range(p):
-        for ph, k in orders[s]:
-            if ph == 0:
-                dep.append(index[(s - 1, 0, k)] if s > 0 else -1)
-            else:
-                dep.append(index[(s + 1, 1, k)] if s < p - 1 else index[(s, 0, k)])
-    n = len(phase)
-    dep_a, prev_a = np.asarray(dep, dtype=np.int64), np.asarray(prev, dtype=np.int64)
-    # Longest-path levels by relaxation in a topological sweep (Kahn's algorithm).
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for i in range(n):
-        for d in (dep[i], prev[i]):
-            if d >= 0:
-                succ[d].append(i)
-                indeg[i] += 1
-    level = [0] * n
-    ready = [i for i in range(n) if indeg[i] == 0]
-    while ready:
-        i = ready.pop()
-        for j in succ[i]:
-            level[j] = max(level[j], level[i] + 1)
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                ready.append(j)
+    n2, n = 2 * m, 2 * m * p
+    ph0 = np.repeat(np.array([0, 1], dtype=np.int64), m)
+    mb0 = np.tile(np.arange(m, dtype=np.int64), 2)
+    # operations numbered stage by stage, each stage's in its 1F1B order: (s, phase, k) is op s·2m + position,
+    # idx[s, phase·m + k]
+    idx = (np.stack([one_f_one_b_position(s, p, m, ph0, mb0) for s in range(p)])
+           + (np.arange(p, dtype=np.int64) * n2)[:, None])
+    phase = np.empty(n, dtype=np.int64)
+    mb = np.empty(n, dtype=np.int64)
+    phase[idx.ravel()] = np.tile(ph0, p)
+    mb[idx.ravel()] = np.tile(mb0, p)
+    stage = np.repeat(np.arange(p, dtype=np.int64), n2)
+    key = phase * m + mb
+    prev_a = np.arange(n, dtype=np.int64) - 1
+    prev_a[::n2] = -1
+    # a forward waits for the stage before's forward; a backward for the stage after's backward, or on the
+    # last stage for its own forward
+    dep_a = np.where(phase == 0,
+                     np.where(stage > 0, idx[np.maximum(stage - 1, 0), key], -1),
+                     np.where(stage < p - 1, idx[np.minimum(stage + 1, p - 1), key], idx[stage, mb]))
+    # Longest-path levels: each stage's operations in its order, as far as their dependencies are placed, round
+    # after round over the stages (the schedule never deadlocks, so every round places some).
+    dep, level = dep_a.tolist(), [-1] * n
+    ptr = list(range(0, n, n2))
+    left = n
+    while left:
+        for s in range(p):
+            i, end = ptr[s], (s + 1) * n2
+            while i < end:
+                d = dep[i]
+                ld = level[d] if d >= 0 else -1
+                if d >= 0 and ld < 0:
+                    break
+                lp = level[i - 1] if i > s * n2 else -1
+                level[i] = (ld if ld > lp else lp) + 1
+                i += 1
+            left -= i - ptr[s]
+            ptr[s] = i
     lv = np.asarray(level)
     order = np.argsort(lv, kind="stable")
     bounds = np.searchsorted(lv[order], np.arange(lv.max() + 2))
     levels = [order[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
-    return np.asarray(phase), np.asarray(mb), levels, dep_a, prev_a
+    return phase, mb, levels, dep_a, prev_a
 
 
 @lru_cache(maxsize=256)
