@@ -47,4 +47,4 @@ def test_simulator_and_hydra_use_this_definition() -> None:
 
     assert engine.one_f_one_b_position is one_f_one_b_position
     assert simulate.one_f_one_b_position is one_f_one_b_position
-    assert hydra_order.stage_order is stage_order
+    assert hydra_order.one_f_one_b_position is one_f_one_b_position
