@@ -12,7 +12,8 @@ from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, ge
 from dcpsim.policies import Engine, PolicyError, create_policy, validate_plan
 from dcpsim.policies.hydra import HyDra, rank_loads
 from dcpsim.policies.hydra_order import best_order, candidate_orders, makespan, makespans
-from dcpsim.policies.hydra_placement import _Packer, place
+from dcpsim.policies.hydra_bins import Packer
+from dcpsim.policies.hydra_placement import place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, pack_heavy, solve_tau
 from dcpsim.policies.hydra_grid import build_grid
 from dcpsim.policies.hydra_work import allowed_degrees, engine_options, group_overhead, sequence_work
@@ -176,7 +177,7 @@ def test_degree_never_below_the_memory_minimum() -> None:
 # ---- placement ---------------------------------------------------------------------------------------------
 
 def test_class_list_stays_sorted_by_room_and_picks_the_roomiest_bin() -> None:
-    pk = _Packer(pool=4, budget=100.0, tau=1.0, tol=0.0, aligned=True, overhead={(1, 1): 0.0})
+    pk = Packer(pool=4, budget=100.0, tau=1.0, tol=0.0, aligned=True, overhead={(1, 1): 0.0})
     k = pk.new_mb()
     for _ in range(4):
         pk.carve(k, 1, 1)
@@ -197,7 +198,7 @@ def test_class_list_stays_sorted_by_room_and_picks_the_roomiest_bin() -> None:
 
 
 def test_token_budget_sets_bins_aside_without_losing_them() -> None:
-    pk = _Packer(pool=2, budget=10.0, tau=1.0, tol=0.0, aligned=True, overhead={(1, 1): 0.0})
+    pk = Packer(pool=2, budget=10.0, tau=1.0, tol=0.0, aligned=True, overhead={(1, 1): 0.0})
     k = pk.new_mb()
     pk.carve(k, 1, 1)
     pk.carve(k, 1, 1)

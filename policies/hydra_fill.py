@@ -1,0 +1,221 @@
+"""HyDra's fill (phase B of :func:`policies.hydra_placement.place`): the smallest degree's sequences, LPT.
+
+Sequences of the smallest degree, largest share first (LPT): every free block of the fill class in every
+microbatch is a bin of the fill class's overhead and no tokens, next to phase A's bins
+(:mod:`policies.hydra_bins`). Bins sit in one max-heap of room per class (each bin in exactly one heap: an update
+is one ``heapreplace``, no entry goes stale); each sequence takes the roomiest top over the classes it may use
+(its work re-priced at that class's size and engine: a short document may ride in the spare capacity of a long
+sequence's group), provided load and tokens fit. A top that fails only the token check waits in a heap keyed by
+the longest sequence it can still take and returns when a short enough one comes (a bin that the next sequence
+could not join by tokens goes there as soon as it takes a sequence); a sequence that fits nowhere opens a
+microbatch. Other classes are ranked by the grid's power-law estimate of the work (no pricing per candidate)
+and what lands there is priced exactly at the end, in one call.
+
+Cost: O((n + m) log B) heap operations for n sequences, m microbatches and B bins, times the classes a sequence
+may use (screened once by the estimate; at most log2 W + 2 sizes × engines).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from dcpsim.policies.hydra_bins import Packer
+
+
+class Filled(NamedTuple):
+    """Every bin after the fill (phase A's bins, then every free block of the fill class) and where each fill
+    sequence went."""
+
+    mb: np.ndarray  # [B] microbatch of each bin
+    first: np.ndarray  # [B] its first rank
+    load: np.ndarray  # [B] its load (s)
+    where: np.ndarray  # [n_fill] bin of each fill sequence, in the order of ``small``
+
+
+def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray, fill: tuple[int, int],
+         fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+         fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None,
+         fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None) -> Filled:
+    """Phase B: LPT of the fill sequences ``small`` (largest share first) over every bin of phase A and every
+    free block of the fill class (module docstring).
+
+    Free blocks are bins of zero tokens and the fill class's overhead; those that receive a sequence become
+    groups. Each sequence goes to the roomiest bin that takes it (its work at the bin's class, its tokens) over
+    the classes it may use; a sequence that fits nowhere opens a microbatch (in ``pk``). Returns every bin's
+    microbatch, first rank and load (phase A's bins first, then the free blocks) and each fill sequence's bin."""
+    cf, uf = fill
+    lim = pk.M * (1 + 1e-12)
+    bins = pk.bins
+    classes = sorted({(b.size, b.u) for b in bins} | {fill})
+    ci = {c: i for i, c in enumerate(classes)}
+    nb0 = len(bins)
+    mb = [b.mb for b in bins]
+    first = [b.first for b in bins]
+    cap = [b.cap for b in bins]
+    load = [b.load for b in bins]
+    tok = [b.tokens for b in bins]
+    cls = [ci[b.size, b.u] for b in bins]
+    for k in range(len(pk.caps)):  # every microbatch's free blocks
+        f, c = pk.free_blocks(k, cf)
+        mb += [k] * len(f)
+        first += f.tolist()
+        cap += c.tolist()
+    nfree = len(mb) - nb0
+    ovh_f = pk.overhead[fill]
+    mb_a = np.asarray(mb, dtype=np.int64)
+    first_a = np.asarray(first, dtype=np.int64)
+    cap_a = np.asarray(cap, dtype=np.float64)
+    load_a = np.r_[np.asarray(load, dtype=np.float64), np.full(nfree, ovh_f)]
+    tok_a = np.r_[np.asarray(tok, dtype=np.float64), np.zeros(nfree)]
+    cls_a = np.r_[np.asarray(cls, dtype=np.int64), np.full(nfree, ci[fill], dtype=np.int64)]
+    csize = np.asarray([c for c, _ in classes], dtype=np.float64)
+
+    ns = len(small)
+    L = lengths[small].astype(np.float64)
+    # Work of every fill sequence at every class ([classes, ns]). Another class's rooms only shrink in phase B
+    # (only fill blocks are added), so a sequence whose work exceeds the class's largest room now never goes
+    # there (inf). Other classes are ranked with ``fill_estimate`` (the grid's power law, no pricing) where
+    # it has one; what lands there is priced exactly at the end. Without an estimate, priced now in one call.
+    work = np.full((len(classes), ns), np.inf)
+    work[ci[fill]] = shares[small]
+    room0 = cap_a - load_a
+    ask = []
+    for cls_, j in ci.items():
+        if cls_ == fill or not ns:
+            continue
+        top = float(room0[cls_a == j].max())
+        est = fill_estimate(small, *cls_) if fill_estimate is not None else None
+        if est is not None:
+            work[j] = np.where(est <= top, est, np.inf)
+            continue
+        lower = fill_lower(small, *cls_) if fill_lower is not None else None
+        ask.append((j, cls_, np.arange(ns) if lower is None else np.flatnonzero(lower <= top)))
+    if ask:
+        priced = fill_work(np.concatenate([small[m] for _, _, m in ask]),
+                           np.concatenate([np.full(len(m), c[0]) for _, c, m in ask]),
+                           np.concatenate([np.full(len(m), c[1]) for _, c, m in ask]))
+        a = 0
+        for j, _, m in ask:
+            work[j, m] = priced[a:a + len(m)]
+            a += len(m)
+
+    # LPT: one max-heap of room per class (every bin in exactly one heap, so a bin's update is one
+    # heapreplace and no entry goes stale); each sequence takes the roomiest top over the classes that fit it.
+    # A top that fails only the token budget waits in ``blocked`` (keyed by the longest sequence it can still
+    # take) and returns to its heap once a short enough sequence comes.
+    mb_l, first_l, cls_l = mb_a.tolist(), first_a.tolist(), cls_a.tolist()
+    cap_l = cap_a.tolist()
+    load_l, tok_l = load_a.tolist(), tok_a.tolist()
+    csz = [float(c) for c, _ in classes]
+    nc = len(classes)
+    # each class's bins sorted by (key, bin): a sorted list is a heap, and (key, bin) pairs are unique, so the
+    # heap's tops come in the same order however it is laid out
+    keys_a = load_a - cap_a
+    by = np.lexsort((np.arange(len(keys_a)), keys_a, cls_a))
+    cut = np.searchsorted(cls_a[by], np.arange(nc + 1)).tolist()
+    pairs = list(zip(keys_a[by].tolist(), by.tolist()))
+    heaps: list[list[tuple[float, int]]] = [pairs[cut[c]:cut[c + 1]] for c in range(nc)]
+    work_l = work.tolist()
+    L_l = L.tolist()
+    where_l = [-1] * ns
+    blocked: list[tuple[float, int]] = []  # (−longest sequence it can take, bin)
+    lim_ = lim
+    fc = ci[fill]
+    # the classes each sequence can go to at all (priced: not screened out above), as a tuple per sequence
+    mask = (np.isfinite(work) << np.arange(nc)[:, None]).sum(axis=0).tolist() if ns else []
+    tuples = {m: tuple(c for c in range(nc) if m >> c & 1) for m in set(mask)}
+    cands = [tuples[m] for m in mask]
+
+    inf = float("inf")
+    tops = [h[0][0] if h else inf for h in heaps]  # each class heap's top key (inf: empty), kept in step
+    L_next = L_l[1:] + [0.0]  # the next sequence's length (fill sequences come longest first)
+
+    def put(j: int, cand: tuple[int, ...]) -> None:
+        """Sequence j into the roomiest bin that takes it among the classes ``cand`` (LPT's step)."""
+        Lj = L_l[j]
+        while blocked and -blocked[0][0] >= Lj:
+            g = heapq.heappop(blocked)[1]
+            c = cls_l[g]
+            heapq.heappush(heaps[c], (load_l[g] - cap_l[g], g))
+            tops[c] = heaps[c][0][0]
+        skip = 0  # classes ruled out for this sequence (bit mask)
+        while True:
+            best, bc = 1.0, -1  # most room = most negative key
+            for c in cand:
+                if tops[c] < best and not skip >> c & 1:
+                    best, bc = tops[c], c
+            if bc < 0:  # fits nowhere: a new microbatch, tall enough for it on its first block even if slow
+                k = pk.new_mb((ovh_f + work_l[fc][j]) * pk.slowest(0, cf))
+                f, c_ = pk.free_blocks(k, cf)
+                h = heaps[fc]
+                for fr, cp in zip(f.tolist(), c_.tolist()):
+                    g = len(mb_l)
+                    mb_l.append(k)
+                    first_l.append(fr)
+                    cls_l.append(fc)
+                    cap_l.append(cp)
+                    load_l.append(ovh_f)
+                    tok_l.append(0.0)
+                    heapq.heappush(h, (ovh_f - cp, g))
+                tops[fc] = h[0][0] if h else inf
+                skip = 0
+                continue
+            w = work_l[bc][j]
+            if best + w > 0.0:  # the roomiest bin of this class cannot take it: none of the class can
+                skip |= 1 << bc
+                continue
+            h = heaps[bc]
+            g = h[0][1]
+            t = Lj / csz[bc]
+            if tok_l[g] + t > lim_:
+                heapq.heappop(h)
+                tops[bc] = h[0][0] if h else inf
+                heapq.heappush(blocked, (-(lim_ - tok_l[g]) * csz[bc], g))
+                continue
+            load_l[g] += w
+            tok = tok_l[g] = tok_l[g] + t
+            if tok + L_next[j] / csz[bc] > lim_:  # the next (longest remaining) sequence cannot join: blocked
+                heapq.heappop(h)  # now, where it would go when it next reached the top
+                heapq.heappush(blocked, (-(lim_ - tok) * csz[bc], g))
+            else:
+                heapq.heapreplace(h, (load_l[g] - cap_l[g], g))
+            tops[bc] = h[0][0] if h else inf
+            where_l[j] = g
+            return
+
+    for j in range(ns):
+        put(j, cands[j])
+    if fill_estimate is not None and ns:
+        # The estimated work in other classes' groups, priced exactly now. The estimate is a chord of the
+        # work in log-log, above the work where that is log-log convex (a sum of powers of L: GEMMs,
+        # attention); where it fell short and a group ends above its capacity, the group gives its fill
+        # sequences back and they go to fill-class bins (none did on the shipped scenarios).
+        where = np.asarray(where_l, dtype=np.int64)
+        cls_w = np.asarray(cls_l, dtype=np.int64)[where]
+        other_a = np.flatnonzero(cls_w != fc)
+        if other_a.size:
+            oc = cls_w[other_a]
+            exact = fill_work(small[other_a], csize[oc].astype(np.int64),
+                              np.asarray([u for _, u in classes], dtype=np.int64)[oc])
+            loads = np.asarray(load_l, dtype=np.float64)
+            np.add.at(loads, where[other_a], exact - work[oc, other_a])  # in sequence order, as one by one
+            load_l = loads.tolist()
+            g_o = where[other_a]
+            back_a = other_a[(loads > np.asarray(cap_l) * (1 + 1e-12))[g_o]]
+            back = back_a.tolist()
+            if back:  # some group is over (rare): its sequences leave at their exact work
+                for j, x in zip(other_a.tolist(), exact.tolist()):
+                    work_l[cls_l[where_l[j]]][j] = x
+            for j in back:
+                g, c = where_l[j], cls_l[where_l[j]]
+                load_l[g] -= work_l[c][j]
+                tok_l[g] -= L_l[j] / csz[c]
+                where_l[j] = -1
+            for j in back:
+                put(j, (fc,))
+    return Filled(np.asarray(mb_l, dtype=np.int64), np.asarray(first_l, dtype=np.int64),
+                  np.asarray(load_l, dtype=np.float64), np.asarray(where_l, dtype=np.int64))
