@@ -425,5 +425,7 @@ def test_cpgroup_of_is_the_dataclass() -> None:
     a, b = CPGroup.of((4, 5, 6, 7), (11, 3), e), CPGroup((4, 5, 6, 7), (11, 3), e)
     assert a == b and hash(a) == hash(b) and repr(a) == repr(b) and a.size == 4
     assert pickle.loads(pickle.dumps(a)) == b and dataclasses.asdict(a) == dataclasses.asdict(b)
+    # CPGroup.of skips __init__: a check added to CPGroup (a __post_init__) must be added to CPGroup.of too
+    assert not hasattr(CPGroup, "__post_init__")
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.ranks = (0,)  # type: ignore[misc]
