@@ -72,6 +72,16 @@ class _Draft(NamedTuple):
     n_heavy: int
 
 
+def _heights(keys: list[int], n_mbs: int, mb: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """Each run slot's height: the largest load of the groups (microbatch ``mb``, load ``load``) in microbatch
+    ``keys[slot]`` (0 where it has none); ``n_mbs`` microbatches in all."""
+    slot_of = np.zeros(n_mbs, dtype=np.int64)
+    slot_of[keys] = np.arange(len(keys))
+    height = np.zeros(len(keys))
+    np.maximum.at(height, slot_of[mb], load)
+    return height
+
+
 def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
     if ids.ndim != 1 or ids.shape != lengths.shape:
         raise PolicyError(f"batch.seq_ids {ids.shape} and batch.lengths {lengths.shape} must be 1-D and aligned")
@@ -188,8 +198,9 @@ class HyDra:
             n_profile = 0 if profile is None else len(profile)
 
             def prune(mb: list[int], load: list[float], caps: list[float], heavy_mbs: int) -> bool:
-                return bound is not None and self._structure_bound(
-                    mb, load, caps, heavy_mbs, tau, job.pp, n_profile, grid.stage_scale) >= bound
+                assert bound is not None  # passed to place only with a bound
+                return self._structure_bound(mb, load, caps, heavy_mbs, tau, job.pp, n_profile,
+                                             grid.stage_scale) >= bound
             layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance,
                            aligned=self.degrees == "pow2", lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
                            m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
@@ -282,11 +293,11 @@ class HyDra:
         if opt:
             reps = np.concatenate(pos)
             counts = [len(p) for p in pos]
-            oc = np.repeat(np.asarray([c for c, _ in opt], dtype=np.int64), counts)
-            ou = np.repeat(np.asarray([u for _, u in opt], dtype=np.int64), counts)
-            w = pricer.work(reps, oc, ou)
-            o = pricer.overhead(np.array([c for c, _ in opt]), np.array([u for _, u in opt]))
-            ends = np.cumsum([len(p) for p in pos])
+            opt_c = np.asarray([c for c, _ in opt], dtype=np.int64)
+            opt_u = np.asarray([u for _, u in opt], dtype=np.int64)
+            w = pricer.work(reps, np.repeat(opt_c, counts), np.repeat(opt_u, counts))
+            o = pricer.overhead(opt_c, opt_u)
+            ends = np.cumsum(counts)
             sums = np.add.reduceat(w, np.r_[0, ends[:-1]])
             best: dict[int, tuple[float, int, int]] = {}
             for j, (c, u) in enumerate(opt):
@@ -346,10 +357,7 @@ class HyDra:
         (indices into keys) and the makespan of their heights (each the tallest group's load) in that order."""
         keys, ends = self._run_keys(sorted_unique(layout.mb).tolist(), layout.caps, layout.heavy_mbs, tau,
                                     n_profile)
-        slot_of = np.zeros(len(layout.caps), dtype=np.int64)
-        slot_of[keys] = np.arange(len(keys))
-        height = np.zeros(len(keys))
-        np.maximum.at(height, slot_of[layout.mb], layout.load)
+        height = _heights(keys, len(layout.caps), layout.mb, layout.load)
         is_heavy = np.asarray(keys) < layout.heavy_mbs
         order, score = best_order(height, is_heavy, pp, ends) if keys else ([], 0.0)
         if stage_scale is not None and keys:
@@ -382,11 +390,7 @@ class HyDra:
         keys, ends = self._run_keys(list(range(len(caps))), caps, heavy_mbs, tau, n_profile)
         if not keys:
             return 0.0
-        slot_of = np.empty(len(caps), dtype=np.int64)
-        slot_of[keys] = np.arange(len(keys))
-        height = np.zeros(len(keys))
-        if mb:
-            np.maximum.at(height, slot_of[np.asarray(mb, dtype=np.int64)], np.asarray(load, dtype=np.float64))
+        height = _heights(keys, len(caps), np.asarray(mb, dtype=np.int64), np.asarray(load, dtype=np.float64))
         orders = candidate_orders(height, np.asarray(keys) < heavy_mbs, pp, ends)
         return float(makespans(height[orders], pp, stage_scale=stage_scale).min())
 

@@ -47,7 +47,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     groups. Each sequence goes to the roomiest bin that takes it (its work at the bin's class, its tokens) over
     the classes it may use; a sequence that fits nowhere opens a microbatch (in ``pk``). Returns every bin's
     microbatch, first rank and load (phase A's bins first, then the free blocks) and each fill sequence's bin."""
-    cf, uf = fill
+    cf = fill[0]
     lim = pk.M * (1 + 1e-12)
     bins = pk.bins
     classes = sorted({(b.size, b.u) for b in bins} | {fill})
@@ -123,7 +123,6 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     L_l = L.tolist()
     where_l = [-1] * ns
     blocked: list[tuple[float, int]] = []  # (−longest sequence it can take, bin)
-    lim_ = lim
     fc = ci[fill]
     # the classes each sequence can go to at all (priced: not screened out above), as a tuple per sequence
     mask = (np.isfinite(work) << np.arange(nc)[:, None]).sum(axis=0).tolist() if ns else []
@@ -171,16 +170,16 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
             h = heaps[bc]
             g = h[0][1]
             t = Lj / csz[bc]
-            if tok_l[g] + t > lim_:
+            if tok_l[g] + t > lim:
                 heapq.heappop(h)
                 tops[bc] = h[0][0] if h else inf
-                heapq.heappush(blocked, (-(lim_ - tok_l[g]) * csz[bc], g))
+                heapq.heappush(blocked, (-(lim - tok_l[g]) * csz[bc], g))
                 continue
             load_l[g] += w
             tok = tok_l[g] = tok_l[g] + t
-            if tok + L_next[j] / csz[bc] > lim_:  # the next (longest remaining) sequence cannot join: blocked
+            if tok + L_next[j] / csz[bc] > lim:  # the next (longest remaining) sequence cannot join: blocked
                 heapq.heappop(h)  # now, where it would go when it next reached the top
-                heapq.heappush(blocked, (-(lim_ - tok) * csz[bc], g))
+                heapq.heappush(blocked, (-(lim - tok) * csz[bc], g))
             else:
                 heapq.heapreplace(h, (load_l[g] - cap_l[g], g))
             tops[bc] = h[0][0] if h else inf
