@@ -7,20 +7,13 @@ printed (commit 2722142, group_costs' total_s) for the same groups.
 import numpy as np
 import pytest
 
-from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.cost_models.base import GroupBatch
+from dcpsim.cost_models import AnalyticCostModel, CostTerms
 
-
-def _job(model="llama3-8b", gpu="h200", tp=1, pp=4, pool=64):
-    return JobSpec(model=get_model(model), gpu=get_gpu(gpu), tp=tp, pp=pp, pool=pool, context_len=262144,
-                   max_tokens_per_rank=16384)
+from ._cases import alone, make_job, random_options
 
 
 def _reference(cm, lengths, sizes, u, stage):
-    n = len(lengths)
-    gb = GroupBatch(np.asarray(lengths, dtype=np.int64), np.arange(n, dtype=np.int64),
-                    np.asarray(sizes, dtype=np.int64), np.asarray(u, dtype=np.int64), np.zeros(n, dtype=np.int64))
-    return np.asarray(cm.group_costs(gb, stage).total_s, dtype=np.float64)
+    return np.asarray(cm.group_costs(alone(lengths, sizes, u), stage).total_s, dtype=np.float64)
 
 
 @pytest.mark.parametrize("model,gpu,tp,terms", [
@@ -32,13 +25,11 @@ def _reference(cm, lengths, sizes, u, stage):
     ("qwen3-30b-a3b", "h100", 1, "all"),  # MoE: EP all-to-alls added after the TP terms
 ])
 def test_alone_totals_equal_group_costs(model, gpu, tp, terms):
-    job = _job(model, gpu, tp)
+    job = make_job(model, gpu, tp)
     cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
     rng = np.random.default_rng(7)
     n = 200
-    sizes = rng.choice([1, 2, 4, 8, 16, 32, 64], n)
-    u = np.minimum(sizes, rng.choice([1, 2, 4, 8], n))
-    u = np.where(job.kv_heads_per_rank % u == 0, u, 1)
+    sizes, u = random_options(rng, n, job)
     lengths = rng.integers(1, 300_000, n)
     # mixed options, then batches where every group or none rings / runs all-to-alls (the masks skipped)
     batches = [(lengths, sizes, u), (lengths, np.full(n, 16), np.ones(n, dtype=np.int64)),
@@ -63,7 +54,7 @@ def test_golden_alone_totals_of_the_version_before():
                         0.4388305968069675],
     }
     for (terms, stage), want in golden.items():
-        cm = AnalyticCostModel(_job(), terms=CostTerms.parse(terms))
+        cm = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms))
         assert cm.alone_total_s(lengths, sizes, u, stage).tolist() == want
         assert _reference(cm, lengths, sizes, u, stage).tolist() == want
 
@@ -75,7 +66,7 @@ def test_golden_alone_totals_of_the_version_before():
     ("qwen3-30b-a3b", "h100", 64, "all"),  # MoE: each stage its own layers
 ])
 def test_several_stages_and_prefixes_equal_one_stage_at_a_time(model, gpu, pool, terms):
-    job = _job(model, gpu, pool=pool)
+    job = make_job(model, gpu, pool=pool)
     cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
     rng = np.random.default_rng(11)
     n = 150
@@ -95,7 +86,7 @@ def test_several_stages_and_prefixes_equal_one_stage_at_a_time(model, gpu, pool,
 def test_per_option_groups_equal_per_sequence_groups(terms):
     # the options listed once (one unused), each sequence pointing at its own: links and fixed costs priced
     # per option give the per-sequence numbers
-    job = _job(pool=64)
+    job = make_job(pool=64)
     cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
     opts = np.array([[1, 1], [8, 1], [8, 8], [16, 4], [64, 8], [2, 2], [32, 1]])
     rng = np.random.default_rng(2)

@@ -15,24 +15,14 @@ from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, g
 from dcpsim.cost_models.base import GroupBatch
 from dcpsim.cost_models.calibration import COLLECTIVES, LinkModel, default_calibration
 
+from ._cases import alone, make_job, random_options
+
 FIELDS = ("fwd_compute_s", "fwd_comm_s", "bwd_compute_s", "bwd_comm_s", "fwd_tp_comm_s", "bwd_tp_comm_s")
-
-
-def _job(model="llama3-8b", gpu="h200", tp=1, pp=4, pool=64):
-    return JobSpec(model=get_model(model), gpu=get_gpu(gpu), tp=tp, pp=pp, pool=pool, context_len=262144,
-                   max_tokens_per_rank=16384)
 
 
 def _fields(costs, n):
     return [np.broadcast_to(np.asarray(getattr(costs, f), dtype=np.float64), (len(costs.fwd_compute_s),))[:n]
             for f in FIELDS]
-
-
-def _alone(lengths, sizes, ulysses, first=None):
-    n = len(lengths)
-    return GroupBatch(np.asarray(lengths, dtype=np.int64), np.arange(n, dtype=np.int64),
-                      np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64),
-                      np.zeros(n, dtype=np.int64) if first is None else np.asarray(first, dtype=np.int64))
 
 
 def _plus_group(gb: GroupBatch, lengths, size, ulysses, first=0):
@@ -57,27 +47,25 @@ def _assert_same(cm, a: GroupBatch, b: GroupBatch, stage):
     ("qwen3-30b-a3b", "h100", 1, "all"),  # MoE: EP all-to-alls and the router's recompute
 ])
 def test_one_sequence_per_group_equals_the_general_path(model, gpu, tp, terms):
-    job = _job(model, gpu, tp)
+    job = make_job(model, gpu, tp)
     cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
     rng = np.random.default_rng(3)
     n = 300
-    sizes = rng.choice([1, 2, 4, 8, 16, 32, 64], n)
-    u = np.minimum(sizes, rng.choice([1, 2, 4, 8], n))
-    u = np.where(job.kv_heads_per_rank % u == 0, u, 1)
+    sizes, u = random_options(rng, n, job)
     first = rng.integers(0, job.pool - sizes + 1)
     lengths = rng.integers(1, 300_000, n)
-    gb = _alone(lengths, sizes, u, first)
+    gb = alone(lengths, sizes, u, first)
     for stage in range(job.pp):
         _assert_same(cm, gb, _plus_group(gb, [5, 7], 2, 1), stage)
 
 
 @pytest.mark.parametrize("terms", ["all", "legacy"])
 def test_batches_without_ring_or_all_to_all_equal_the_general_path(terms):
-    cm = AnalyticCostModel(_job(), terms=CostTerms.parse(terms))
+    cm = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms))
     lengths = np.array([1, 900, 30_000, 250_000])
-    ring_only = _alone(lengths, [1, 2, 16, 64], [1, 1, 1, 1])  # no all-to-all
-    ulysses_only = _alone(lengths, [1, 2, 4, 8], [1, 2, 4, 8])  # no ring step
-    inside = _alone(lengths, [2, 4, 8, 8], [1, 2, 1, 8])  # nothing crosses a node
+    ring_only = alone(lengths, [1, 2, 16, 64], [1, 1, 1, 1])  # no all-to-all
+    ulysses_only = alone(lengths, [1, 2, 4, 8], [1, 2, 4, 8])  # no ring step
+    inside = alone(lengths, [2, 4, 8, 8], [1, 2, 1, 8])  # nothing crosses a node
     for stage in (0, 1, 3):
         for gb in (ring_only, ulysses_only, inside):
             # a group whose ring and inner all-to-alls cross nodes forces every term and branch
@@ -94,7 +82,7 @@ def test_golden_totals_of_the_version_before_the_shortcuts():
         "legacy": {s: [0.06571528045546382, 0.45877546278093584, 0.33517178276527676] for s in (0, 1, 3)},
     }
     for terms, by_stage in golden.items():
-        cm = AnalyticCostModel(_job(), terms=CostTerms.parse(terms))
+        cm = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms))
         for stage, want in by_stage.items():
             assert cm.group_costs(gb, stage).total_s.tolist() == want
 
@@ -116,7 +104,7 @@ def test_golden_exposed_communication_of_the_version_before_the_shortcuts():
              ("legacy", 0): [0.013538401265121954, 0.014382001133016947, 0.012476576794728545,
                              0.6143413379671975, 0.007097487168702139]}
     for (terms, stage), want in total.items():
-        c = AnalyticCostModel(_job(), terms=CostTerms.parse(terms)).group_costs(gb, stage)
+        c = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms)).group_costs(gb, stage)
         assert c.total_s.tolist() == want
         assert c.fwd_comm_s.tolist() == comm[terms]
 
@@ -166,7 +154,7 @@ def test_stage_classes_cost_the_same(model, gpu, tp, pp, pool, terms, classes):
     first = rng.integers(0, pool - sizes + 1)
     lengths = rng.integers(1, 40_000, G)
     members = np.concatenate([rng.permutation(pool)[:c] for c in sizes])
-    for gb in (_alone(lengths, sizes, u, first),
+    for gb in (alone(lengths, sizes, u, first),
                GroupBatch(lengths, np.arange(G), sizes, u, first, members, np.repeat(np.arange(G), sizes))):
         costs = {s: _fields(cm.group_costs(gb, s), G) for s in range(pp)}
         for s, r in enumerate(classes):
