@@ -56,7 +56,7 @@ def _schedule(m: int, p: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray],
                      np.where(stage < p - 1, idx[np.minimum(stage + 1, p - 1), key], idx[stage, mb]))
     # Longest-path levels: each stage's operations in its order, as far as their dependencies are placed, round
     # after round over the stages (the schedule never deadlocks, so every round places some).
-    dep, level = dep_a.tolist(), [-1] * n
+    dep, prev, level = dep_a.tolist(), prev_a.tolist(), [-1] * n
     ptr = list(range(0, n, n2))
     left = n
     while left:
@@ -67,7 +67,7 @@ def _schedule(m: int, p: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray],
                 ld = level[d] if d >= 0 else -1
                 if d >= 0 and ld < 0:
                     break
-                lp = level[i - 1] if i > s * n2 else -1
+                lp = level[prev[i]] if prev[i] >= 0 else -1
                 level[i] = (ld if ld > lp else lp) + 1
                 i += 1
             left -= i - ptr[s]
