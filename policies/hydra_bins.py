@@ -77,16 +77,21 @@ class Packer:
     def carve(self, k: int, size: int, u: int, pos: int = -1, work: float = 0.0, tokens: float = 0.0) -> Bin:
         """A new group of ``size`` ranks at microbatch k's cursor; with ``pos`` ≥ 0, holding that sequence."""
         c0 = self.cursor[k]
-        cap = self.caps[k] if self.slow is None else self.block_cap(k, c0, size)
+        mcap = self.caps[k]
+        cap = mcap if self.slow is None else self.block_cap(k, c0, size)
         ovh = self.overhead[size, u]
         b = (Bin(k, c0, size, u, cap, ovh + work, 0.0 + tokens, [pos]) if pos >= 0
              else Bin(k, c0, size, u, cap, ovh))
-        free = self.free
-        del free[bisect_left(free, (c0 - self.W, -self.caps[k], k))]
-        insort(free, (size + c0 - self.W, -self.caps[k], k))
+        free, W = self.free, self.W
+        del free[bisect_left(free, (c0 - W, -mcap, k))]
+        insort(free, (size + c0 - W, -mcap, k))
         self.cursor[k] = c0 + size
-        self.bins.append(b)
-        insort(self.classes.setdefault((size, u), []), (b.load - b.cap, len(self.bins) - 1))
+        bins = self.bins
+        bins.append(b)
+        entries = self.classes.get((size, u))
+        if entries is None:
+            entries = self.classes[size, u] = []
+        insort(entries, (b.load - cap, len(bins) - 1))
         return b
 
     def add(self, gid: int, pos: int, work: float, tokens: float) -> None:
@@ -103,11 +108,13 @@ class Packer:
         the tolerance) holds ``load`` (short microbatches of a height profile are passed over: at most
         ``PROBES`` + 2 · their number are looked at)."""
         limit = PROBES + 2 * self.short
+        W, aligned, cursor, short = self.W, self.aligned, self.cursor, self.short
         for n, (nf, _ncap, k) in enumerate(self.free):
             if n >= limit or -nf < size:
                 return None
-            if self.fits_block(k, size) and (not self.short
-                                             or load <= self.caps[k] / (1.0 + self.tol) * (1 + 1e-12)):
+            c = cursor[k]  # (fits_block, inline)
+            if W - c >= size and (not aligned or c % size == 0) and (
+                    not short or load <= self.caps[k] / (1.0 + self.tol) * (1 + 1e-12)):
                 return k
         return None
 
@@ -116,14 +123,21 @@ class Packer:
         """(room after placing, bin id) of the roomiest bin of class ``cls`` = (size, u) that takes ``work`` and
         ``tokens`` within its capacity (capacity / (1 + tol), i.e. τ or h, if ``strict``): the bins in order of
         room, passing over at most ``PROBES`` that lack only the tokens."""
+        entries = self.classes.get(cls)
+        if not entries:
+            return None
+        bins = self.bins
+        b = bins[entries[0][1]]
+        if b.load + work > (b.cap / (1.0 + self.tol) if strict else b.cap):
+            return None  # the roomiest bin of the class cannot take it: none can (the common case, first)
         lim = self.M * (1 + 1e-12)
-        for n, (_key, gid) in enumerate(self.classes.get(cls, ())):
+        for n, (_key, gid) in enumerate(entries):
             if n >= PROBES:
                 return None
-            b = self.bins[gid]
+            b = bins[gid]
             cap = b.cap / (1.0 + self.tol) if strict else b.cap
             if b.load + work > cap:
-                return None  # the roomiest bin of the class cannot take it: none can
+                return None
             if b.tokens + tokens <= lim:
                 return b.load + work - cap, gid
         return None

@@ -186,8 +186,32 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
             where_l[j] = g
             return
 
+    # The common step inline (every class open to the sequence, nothing to unblock, the roomiest top takes it
+    # by load and tokens); anything else goes through put(), which starts over from the same state.
+    every = (1 << nc) - 1
     for j in range(ns):
-        put(j, cands[j])
+        best = min(tops)
+        if mask[j] != every or best >= 1.0 or blocked and -blocked[0][0] >= L_l[j]:
+            put(j, cands[j])
+            continue
+        bc = tops.index(best)
+        w = work_l[bc][j]
+        h = heaps[bc]
+        g = h[0][1]
+        t = L_l[j] / csz[bc]
+        tok = tok_l[g] + t
+        if best + w > 0.0 or tok > lim:
+            put(j, cands[j])
+            continue
+        load_l[g] += w
+        tok_l[g] = tok
+        if tok + L_next[j] / csz[bc] > lim:
+            heapq.heappop(h)
+            heapq.heappush(blocked, (-(lim - tok) * csz[bc], g))
+        else:
+            heapq.heapreplace(h, (load_l[g] - cap_l[g], g))
+        tops[bc] = h[0][0] if h else inf
+        where_l[j] = g
     if fill_estimate is not None and ns:
         # The estimated work in other classes' groups, priced exactly now. The estimate is a chord of the
         # work in log-log, above the work where that is log-log convex (a sum of powers of L: GEMMs,
