@@ -47,7 +47,7 @@ from dcpsim.policies.hydra_target import build_target_model
 from dcpsim.policies.hydra_grid import build_grid
 from dcpsim.policies.hydra_work import (Pricer, allowed_degrees, engine_options, prices_fixed_costs,
                                         rank_loads, sorted_unique)
-from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
+from dcpsim.policies.plan import CPGroup, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 
 if TYPE_CHECKING:
@@ -305,19 +305,18 @@ class HyDra:
         id_list = ids[by_group].tolist()
         starts_at = [0] + ends_at[:-1]
         go = np.lexsort((firsts, rows))
-        engine_of: dict[tuple[int, int], Engine] = {}
-        ranks_of: dict[tuple[int, int], tuple[int, ...]] = {}  # blocks repeat across microbatches
-        mbs: list[list[CPGroup]] = [[] for _ in keys]
+        # each distinct engine and rank block once (blocks repeat across microbatches), then the groups in
+        # (microbatch, first rank) order, cut into microbatches
+        c_go = size[go]
+        e_key, e_of = np.unique(c_go * (W + 1) + engines[go], return_inverse=True)
+        engine_list = [engine_from_ulysses(k // (W + 1), k % (W + 1)) for k in e_key.tolist()]
+        b_key, b_of = np.unique(firsts[go] * (W + 1) + c_go, return_inverse=True)
+        block_list = [tuple(range(k // (W + 1), k // (W + 1) + k % (W + 1))) for k in b_key.tolist()]
         group = CPGroup.of
-        for g, r, first, c, u in zip(go.tolist(), rows[go].tolist(), firsts[go].tolist(), size[go].tolist(),
-                                     engines[go].tolist()):
-            engine = engine_of.get((c, u))
-            if engine is None:
-                engine = engine_of[c, u] = engine_from_ulysses(c, u)
-            ranks = ranks_of.get((first, c))
-            if ranks is None:
-                ranks = ranks_of[first, c] = tuple(range(first, first + c))
-            mbs[r].append(group(ranks, tuple(id_list[starts_at[g]:ends_at[g]]), engine))
+        groups = [group(block_list[b], tuple(id_list[starts_at[g]:ends_at[g]]), engine_list[e])
+                  for g, b, e in zip(go.tolist(), b_of.tolist(), e_of.tolist())]
+        cut = np.cumsum(np.bincount(rows, minlength=len(keys))).tolist()
+        mbs = [groups[a:b] for a, b in zip([0] + cut[:-1], cut)]
         caps = [layout.caps[keys[i]] for i in order]
         col_meta: dict[str, float] = {}
         if columns:  # every rank's own loads at its new position, each rank's column through the recurrence

@@ -124,10 +124,12 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     where_l = [-1] * ns
     blocked: list[tuple[float, int]] = []  # (−longest sequence it can take, bin)
     fc = ci[fill]
-    # the classes each sequence can go to at all (priced: not screened out above), as a tuple per sequence
-    mask = (np.isfinite(work) << np.arange(nc)[:, None]).sum(axis=0).tolist() if ns else []
+    # the classes each sequence can go to at all (priced: not screened out above): a bit mask per sequence,
+    # and the tuple of classes of each mask
+    every = (1 << nc) - 1  # (every class)
+    finite = np.isfinite(work)
+    mask = [every] * ns if finite.all() else (finite << np.arange(nc)[:, None]).sum(axis=0).tolist()
     tuples = {m: tuple(c for c in range(nc) if m >> c & 1) for m in set(mask)}
-    cands = [tuples[m] for m in mask]
 
     inf = float("inf")
     tops = [h[0][0] if h else inf for h in heaps]  # each class heap's top key (inf: empty), kept in step
@@ -188,11 +190,10 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
 
     # The common step inline (every class open to the sequence, nothing to unblock, the roomiest top takes it
     # by load and tokens); anything else goes through put(), which starts over from the same state.
-    every = (1 << nc) - 1
     for j in range(ns):
         best = min(tops)
         if mask[j] != every or best >= 1.0 or blocked and -blocked[0][0] >= L_l[j]:
-            put(j, cands[j])
+            put(j, tuples[mask[j]])
             continue
         bc = tops.index(best)
         w = work_l[bc][j]
@@ -201,7 +202,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
         t = L_l[j] / csz[bc]
         tok = tok_l[g] + t
         if best + w > 0.0 or tok > lim:
-            put(j, cands[j])
+            put(j, tuples[mask[j]])
             continue
         load_l[g] += w
         tok_l[g] = tok
