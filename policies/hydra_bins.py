@@ -131,11 +131,10 @@ class Packer:
         if b.load + work > (b.cap / (1.0 + self.tol) if strict else b.cap):
             return None  # the roomiest bin of the class cannot take it: none can (the common case, first)
         lim = self.M * (1 + 1e-12)
-        for n, (_key, gid) in enumerate(entries):
-            if n >= PROBES:
-                return None
+        div = 1.0 + self.tol
+        for _key, gid in entries[:PROBES]:
             b = bins[gid]
-            cap = b.cap / (1.0 + self.tol) if strict else b.cap
+            cap = b.cap / div if strict else b.cap
             if b.load + work > cap:
                 return None
             if b.tokens + tokens <= lim:
