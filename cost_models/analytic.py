@@ -50,6 +50,7 @@ from dcpsim.cost_models.flops import (
 )
 from dcpsim.cost_models.head import embedding_compute_s, ends_tp_comm_s, head_compute_s
 from dcpsim.cost_models.memory import memory_budget_tokens, model_state_bytes, peak_memory_bytes, stage_params
+from dcpsim.cost_models.probe import option_stage_totals
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.cost_models.topology import (
@@ -154,16 +155,15 @@ class AnalyticCostModel:
         job = self.job
         shared = not job.model.is_moe and self._stages_on_domain_boundaries()
         ks = [len(L) if k is None else k for k in (prefix or (None,) * len(stages))]
+        if opt is not None:  # per-option groups: cost_models.probe
+            return option_stage_totals(self, L, size, u, opt, stages, ks, shared)
         core: tuple | None = None
         out = []
         for s, k in zip(stages, ks):
             if core is None or not shared:
                 c = max(ks) if shared else k
-                if opt is None:
-                    core = self._core(L[:c], L[:c], size[:c], u[:c], None,
-                                      self._crossings(s, size[:c], u[:c], first[:c]), s)
-                else:
-                    core = self._option_core(L[:c], size, u, opt[:c], s, -1 if shared else s)
+                core = self._core(L[:c], L[:c], size[:c], u[:c], None,
+                                  self._crossings(s, size[:c], u[:c], first[:c]), s)
             part = core if len(core[0]) == k else tuple(x[:k] for x in core)
             fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b = self._at_stage(part, first[:k], s)
             total = fwd + cp_f + bwd + cp_b  # GroupCosts.total_s's order; x + 0.0 is x (never -0.0)
@@ -173,27 +173,6 @@ class AnalyticCostModel:
                 total = total + ep_f + ep_b
             out.append(total)
         return out
-
-    def _option_core(self, L: np.ndarray, size: np.ndarray, u: np.ndarray, opt: np.ndarray, stage: int,
-                     key_stage: int) -> tuple:
-        """:meth:`_core` of sequences ``L`` each alone in a contiguous group from rank 0 like group ``opt[i]`` of
-        ``size``, ``u``: the crossings and fixed costs priced per group and gathered (elementwise: the same).
-        ``key_stage``: the stage the per-group part is kept under (-1: the same at every stage)."""
-        # per group: kept for the next call with the same groups (a caller's option table grows rarely)
-        cache = self._memoized("option_groups", dict)
-        key = (key_stage, size.tobytes(), u.tobytes())
-        per = cache.get(key)
-        if per is None:
-            if len(cache) >= 64:
-                cache.clear()
-            ring_x, inner_x = self._crossings(stage, size, u, np.zeros(len(size), dtype=np.int64))
-            size_f, u_f = size.astype(np.float64), u.astype(np.float64)
-            r = size_f / u_f
-            fixed = self.fixed_s(r) if self.terms.fixed_costs else None
-            per = cache[key] = (ring_x, inner_x, fixed, size_f, u_f, r)
-        ring_x, inner_x, fixed, size_f, u_f, r = per
-        return self._core(L, L, size_f[opt], u_f[opt], None, (ring_x[opt], inner_x[opt]), stage,
-                          fixed=None if fixed is None else (fixed[0][opt], fixed[1][opt]), r=r[opt])
 
     def _costs(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, first_rank: np.ndarray,
                gid: np.ndarray | None, crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:
