@@ -82,18 +82,22 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     # it has one; what lands there is priced exactly at the end. Without an estimate, priced now in one call.
     work = np.full((len(classes), ns), np.inf)
     work[ci[fill]] = shares[small]
-    room0 = cap_a - load_a
-    ask = []
+    top = np.full(len(classes), -np.inf)  # each class's largest room now
+    np.maximum.at(top, cls_a, cap_a - load_a)
+    ask, estimated = [], []
     for cls_, j in ci.items():
         if cls_ == fill or not ns:
             continue
-        top = float(room0[cls_a == j].max())
         est = fill_estimate(small, *cls_) if fill_estimate is not None else None
         if est is not None:
-            work[j] = np.where(est <= top, est, np.inf)
+            work[j] = est
+            estimated.append(j)
             continue
         lower = fill_lower(small, *cls_) if fill_lower is not None else None
-        ask.append((j, cls_, np.arange(ns) if lower is None else np.flatnonzero(lower <= top)))
+        ask.append((j, cls_, np.arange(ns) if lower is None else np.flatnonzero(lower <= top[j])))
+    if estimated:
+        rows = work[estimated]
+        work[estimated] = np.where(rows <= top[estimated, None], rows, np.inf)
     if ask:
         priced = fill_work(np.concatenate([small[m] for _, _, m in ask]),
                            np.concatenate([np.full(len(m), c[0]) for _, c, m in ask]),
@@ -190,25 +194,25 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
 
     # The common step inline (every class open to the sequence, nothing to unblock, the roomiest top takes it
     # by load and tokens); anything else goes through put(), which starts over from the same state.
-    for j in range(ns):
+    for j, Lj, Ln, mj in zip(range(ns), L_l, L_next, mask):
         best = min(tops)
-        if mask[j] != every or best >= 1.0 or blocked and -blocked[0][0] >= L_l[j]:
-            put(j, tuples[mask[j]])
+        if mj != every or best >= 1.0 or blocked and -blocked[0][0] >= Lj:
+            put(j, tuples[mj])
             continue
         bc = tops.index(best)
         w = work_l[bc][j]
         h = heaps[bc]
         g = h[0][1]
-        t = L_l[j] / csz[bc]
-        tok = tok_l[g] + t
+        cs = csz[bc]
+        tok = tok_l[g] + Lj / cs
         if best + w > 0.0 or tok > lim:
-            put(j, tuples[mask[j]])
+            put(j, tuples[mj])
             continue
         load_l[g] += w
         tok_l[g] = tok
-        if tok + L_next[j] / csz[bc] > lim:
+        if tok + Ln / cs > lim:
             heapq.heappop(h)
-            heapq.heappush(blocked, (-(lim - tok) * csz[bc], g))
+            heapq.heappush(blocked, (-(lim - tok) * cs, g))
         else:
             heapq.heapreplace(h, (load_l[g] - cap_l[g], g))
         tops[bc] = h[0][0] if h else inf
