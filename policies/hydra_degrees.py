@@ -9,12 +9,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.hydra_placement import Layout
 from dcpsim.policies.hydra_target import cell_degrees
-from dcpsim.policies.hydra_work import OPTION_KEY, Pricer, engine_options, sorted_unique
+from dcpsim.policies.hydra_work import OPTION_KEY, Pricer, engine_option_tuple, sorted_unique
 
 __all__ = ["group_engines", "planning_engines", "sequence_degrees"]
 
@@ -66,34 +68,45 @@ def planning_engines(sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, le
     light = np.flatnonzero(~heavy)
     by = light[np.argsort(sizes[light], kind="stable")]  # by degree, each degree's in batch order
     cs = sizes[by]
-    cut = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]]) if len(by) else np.zeros(0, dtype=np.int64)
-    members = {c: by[a:b] for c, a, b in zip(cs[cut].tolist(), cut.tolist(), np.r_[cut[1:], len(by)].tolist())}
-    pos, opt = [], []
+    cut = [0] + (np.flatnonzero(cs[1:] != cs[:-1]) + 1).tolist() if len(by) else []
+    bounds = cut + [len(by)]
+    members = {c: by[a:b] for c, a, b in zip(cs[cut].tolist() if cut else [], bounds, bounds[1:])}
+    pos, opt_c, opt_u, counts = [], [], [], []
     for c, m in members.items():
-        for u in engine_options(c, cp_engine, job):
+        for u in engine_option_tuple(c, cp_engine, job):
             pos.append(m)
-            opt.append((c, u))
-    if opt:
+            opt_c.append(c)
+            opt_u.append(u)
+            counts.append(len(m))
+    keys: set[int] = set()  # the (size, u) pairs the sequences end up with
+    if opt_c:
         reps = np.concatenate(pos)
-        counts = [len(p) for p in pos]
-        opt_c = np.asarray([c for c, _ in opt], dtype=np.int64)
-        opt_u = np.asarray([u for _, u in opt], dtype=np.int64)
-        w = pricer.work(reps, np.repeat(opt_c, counts), np.repeat(opt_u, counts))
-        o = pricer.overhead(opt_c, opt_u)
-        ends = np.cumsum(counts)
-        sums = np.add.reduceat(w, np.r_[0, ends[:-1]])
-        best: dict[int, tuple[float, int, int]] = {}
-        for j, (c, u) in enumerate(opt):
-            groups = max(1.0, np.ceil(sums[j] / max(tau, 1e-12)))
-            total = float(sums[j] + groups * o[j])
+        oc = np.asarray(opt_c, dtype=np.int64)
+        ou = np.asarray(opt_u, dtype=np.int64)
+        w = pricer.work(reps, np.repeat(oc, counts), np.repeat(ou, counts))
+        o = pricer.overhead(oc, ou).tolist()
+        starts = np.cumsum(counts) - counts
+        sums = np.add.reduceat(w, starts).tolist()
+        best: dict[int, tuple[float, int]] = {}
+        t = max(tau, 1e-12)
+        for c, u, s_j, o_j in zip(opt_c, opt_u, sums, o):
+            q = s_j / t  # (np.ceil's number on floats; max(1.0, nan) is 1.0 as before)
+            groups = max(1.0, float(math.ceil(q)) if math.isfinite(q) else q)
+            total = s_j + groups * o_j
             if c not in best or total < best[c][0] * (1 - 1e-12):
-                best[c] = (total, u, j)
-        for c, (_, u, _) in best.items():
+                best[c] = (total, u)
+        for c, (_, u) in best.items():
             u_seq[members[c]] = u
+            keys.add(c * OPTION_KEY + u)
     shares = pricer.work(np.arange(len(lengths)), sizes, u_seq)
-    pairs = sorted_unique(sizes * OPTION_KEY + u_seq)
-    o = pricer.overhead(pairs // OPTION_KEY, pairs % OPTION_KEY)
-    ovh = {(int(k) // OPTION_KEY, int(k) % OPTION_KEY): float(x) for k, x in zip(pairs.tolist(), o.tolist())}
+    rest = np.flatnonzero(heavy) if len(keys) == len(members) else None  # (None: a degree without options)
+    if rest is None:
+        pairs = sorted_unique(sizes * OPTION_KEY + u_seq).tolist()
+    else:
+        pairs = sorted(keys.union((sizes[rest] * OPTION_KEY + u_seq[rest]).tolist()))
+    pk = np.asarray(pairs, dtype=np.int64)
+    o_p = pricer.overhead(pk // OPTION_KEY, pk % OPTION_KEY).tolist()
+    ovh = {(k // OPTION_KEY, k % OPTION_KEY): x for k, x in zip(pairs, o_p)}
     return u_seq, shares, ovh
 
 
@@ -102,34 +115,40 @@ def group_engines(layout: Layout, job: JobSpec, pricer: Pricer, cp_engine: str) 
     The planning engine is among the options, so a group's load never rises above what placement saw."""
     out = layout.u.copy()
     G = len(out)
-    opts_of = {c: engine_options(c, cp_engine, job) for c in sorted_unique(layout.size).tolist()}
-    multi = {c: o for c, o in opts_of.items() if len(o) > 1}
-    if not multi or not G:
+    if not G:
         return out
-    # one row per (group, option) of the groups with a choice: its sequences priced there, in one call
-    g_opt, u_opt = [], []
-    for c, opts in multi.items():
-        gs = np.flatnonzero(layout.size == c)
-        g_opt.append(np.repeat(gs, len(opts)))
-        u_opt.append(np.tile(np.asarray(opts, dtype=np.int64), len(gs)))
-    og, ou = np.concatenate(g_opt), np.concatenate(u_opt)  # each group's rows are contiguous, in option order
-    first_row = np.full(G, len(og), dtype=np.int64)
-    np.minimum.at(first_row, og, np.arange(len(og)))
-    nopt = np.zeros(G, dtype=np.int64)
-    np.add.at(nopt, og, 1)
-    seq = layout.placed[nopt[layout.seq_group[layout.placed]] > 0]
+    su = sorted_unique(layout.size)
+    opts = [engine_option_tuple(c, cp_engine, job) for c in su.tolist()]
+    width = max(len(o) for o in opts)
+    if width <= 1:
+        return out
+    # each group's options in engine_options' order, padded with -1 ([groups, width], one row per size)
+    utab = np.full((len(su), width), -1, dtype=np.int64)
+    for i, o in enumerate(opts):
+        utab[i, :len(o)] = o
+    cls = np.searchsorted(su, layout.size)
+    U = utab[cls]
+    gm = np.flatnonzero(U[:, 1] >= 0)  # the groups with a choice
+    # every sequence of those groups priced at each of its group's options, in one call (placement order)
+    seq = layout.placed[(U[:, 1] >= 0)[layout.seq_group[layout.placed]]]
     sg = layout.seq_group[seq]
-    k = nopt[sg]
-    rows = np.repeat(first_row[sg], k) + (np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k))
-    work = pricer.work(np.repeat(seq, k), layout.size[og[rows]], ou[rows])
-    load = np.bincount(rows, weights=work, minlength=len(og)) + pricer.overhead(layout.size[og], ou)
+    cells = U[sg]
+    valid = (cells >= 0).reshape(-1)
+    work = pricer.work(np.repeat(seq, width)[valid], np.repeat(layout.size[sg], width)[valid],
+                       cells.reshape(-1)[valid])
+    cell_of = (sg[:, None] * width + np.arange(width)).reshape(-1)[valid]
+    # a group's load at each option: its sequences' work summed in placement order, plus the option's overhead
+    # (+inf past the group's last option)
+    o_tab = np.full(utab.shape, np.inf)
+    have = utab >= 0
+    have[utab[:, 1] < 0] = False
+    o_tab[have] = pricer.overhead(np.broadcast_to(su[:, None], utab.shape)[have], utab[have])
+    load = np.bincount(cell_of, weights=work, minlength=G * width).reshape(G, width)[gm] + o_tab[cls[gm]]
     # per group the least load; the planning engine where it is within 1e-12 of it (ties), else the first
     # option (in engine_options' order) that attains the least
-    least = np.full(G, np.inf)
-    np.minimum.at(least, og, load)
-    near = load <= least[og] * (1 + 1e-12)
-    pick = np.where(near & (ou == layout.u[og]), 0, np.where(near, 1, 2))  # 0: planning u, 1: a least, 2: no
-    key = np.lexsort((np.arange(len(og)), pick, og))  # per group its best row first
-    first = key[np.r_[True, og[key][1:] != og[key][:-1]]]
-    out[og[first]] = ou[first]
+    Um = U[gm]
+    near = load <= (load.min(axis=1) * (1 + 1e-12))[:, None]
+    planned = near & (Um == layout.u[gm][:, None])
+    col = np.where(planned.any(axis=1), planned.argmax(axis=1), near.argmax(axis=1))
+    out[gm] = Um[np.arange(len(gm)), col]
     return out

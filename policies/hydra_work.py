@@ -33,13 +33,14 @@ engine) priced once, at the stages that can be the heaviest (tests/policies/test
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.engines import ulysses_degrees
+from dcpsim.policies.engines import ulysses_degrees_of
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.plan import Plan
 
@@ -351,13 +352,23 @@ def engine_options(size: int, cp_engine: str, job: JobSpec) -> list[int]:
     ring → [1]; ulysses → [size] when Ulysses can span the group; hybrid → the largest valid u (Ulysses inside
     the node, ring across); auto → every valid u, to be priced.
     """
+    return list(engine_option_tuple(size, cp_engine, job))
+
+
+def engine_option_tuple(size: int, cp_engine: str, job: JobSpec) -> tuple[int, ...]:
+    """:func:`engine_options` as a tuple (kept per size, engine and the job's KV heads and NVLink domain)."""
+    return _engine_options(int(size), cp_engine, job.kv_heads_per_rank, max(1, job.gpu.nvlink_domain // job.tp))
+
+
+@lru_cache(maxsize=4096)
+def _engine_options(size: int, cp_engine: str, kv_heads_per_rank: int, domain_ranks: int) -> tuple[int, ...]:
     if size == 1 or cp_engine == "ring":
-        return [1]
-    us = ulysses_degrees(size, job)
+        return (1,)
+    us = ulysses_degrees_of(size, kv_heads_per_rank, domain_ranks)
     if cp_engine == "ulysses":
-        return [size] if size in us else []
+        return (size,) if size in us else ()
     if cp_engine == "hybrid":
-        return [max(us)]
+        return (max(us),)
     return us
 
 
