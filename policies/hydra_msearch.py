@@ -20,7 +20,7 @@ degrees (more communication) and adds slot overheads, both of which F and ō car
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -362,7 +362,7 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
     if not est:
         return ts.at(hi)
     at = [(b, i) for b in resolved for i in range(len(b.m))][:len(est)]
-    heavy_count = [len(ts._heights[int(b.heavy[i])]) for b, i in at]
+    heavy_count = [len(ts._heights[j]) for b in resolved for j in b.heavy.tolist()][:len(est)]
     # With heavy microbatches, Σh + (p−1)·max h over-counts what a good order hides: score the close
     # candidates with the 1F1B recurrence at their best heavy position instead (one recurrence sweep).
     floor = min(est)
@@ -382,4 +382,5 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
     for i, t in enumerate(t_all):
         if t < best_t * (1 - 1e-9):
             best, best_t = i, t
-    return replace(ts.choice(*at[best]), estimate_s=float(best_t))
+    ch = ts.choice(*at[best])
+    return TargetChoice(ch.tau, ch.level, ch.m_light, ch.m_heavy, ch.heavy_heights, ch.light_tokens, float(best_t))

@@ -141,6 +141,18 @@ def _chain(m: int, p: int) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarra
     return pairs, phase, mb, stage, int(level[-1]) + 1
 
 
+@lru_cache(maxsize=256)
+def _fractions(ms: int | tuple[int, ...], p: int, phi: float, merged: bool) -> np.ndarray:
+    """φ or 1 − φ of every operation: of :func:`_chain` (one column, m = ``ms``), or ``merged`` of
+    :func:`_merged` (columns ``ms``) as a column [ops, 1]; read-only, shared between calls."""
+    if merged:
+        out = np.where(_merged(ms, p)[0] == 0, phi, 1.0 - phi)[:, None]  # type: ignore[arg-type]
+    else:
+        out = np.array([phi, 1.0 - phi])[_chain(ms, p)[1]]  # type: ignore[arg-type]
+    out.setflags(write=False)
+    return out
+
+
 SCALAR_WORK = 24  # the scalar sweep when rows × operations ≤ this × levels (numpy costs ~this many per level)
 
 
@@ -148,11 +160,10 @@ def _makespans_scalar(Hs: list[np.ndarray], keep: list[int], p: int, phi: float,
                       stage_scale: np.ndarray | None, out: list[np.ndarray]) -> list[np.ndarray]:
     """:func:`makespans_many` one operation at a time in Python floats (few rows: no per-level numpy
     calls); the same recurrence, durations and maximum, hence the same values bit for bit."""
-    coef = np.array([phi, 1.0 - phi])
     for i in keep:
         H = Hs[i]
         pairs, phase, mb, stage, _ = _chain(H.shape[1], p)
-        dur = coef[phase] * H[:, mb]  # [C, ops]
+        dur = _fractions(H.shape[1], p, phi, False) * H[:, mb]  # [C, ops]
         if stage_scale is not None:
             dur *= np.asarray(stage_scale, dtype=np.float64)[stage]
         best = []
@@ -191,7 +202,7 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
         stacked[r:r + h.shape[1], :h.shape[0]] = h.T
         r += h.shape[1]
     dur = np.take(stacked, row, axis=0)  # [ops, C]: the heights, then × φ or 1 − φ in place (one array)
-    dur *= np.where(phase == 0, phi, 1.0 - phi)[:, None]
+    dur *= _fractions(ms, p, phi, True)
     scale = None if stage_scale is None else np.asarray(stage_scale, dtype=np.float64)
     if scale is not None:  # each stage at its share of the heights (the heaviest stage's time)
         dur *= scale[_merged_stage(ms, p)][:, None]
@@ -391,11 +402,13 @@ def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) 
     profiles = [[tau] * m_light]
     for r in range(1, min(p, m_light // 3) + 1):
         profiles.extend(_ramped_list(m_light, tau, r, a) for a in RAMP_FLOORS)
-    head = hv.tolist()
-    P = np.array([head + x for x in profiles], dtype=np.float64)  # [profiles, m]
-    heavy = np.zeros(P.shape[1], dtype=bool)
-    heavy[:hv.size] = True
-    orders, _, _ = _all_orders(P[0], heavy, p)  # the block's order depends on the heavy heights only
-    t = makespans(P[who[:, None], orders[sel]], p)
-    scores = np.minimum.reduceat(t, starts)
+    if not hv.size:  # one order (the light ones in turn), one row per profile
+        scores = makespans(np.array(profiles, dtype=np.float64), p)
+    else:
+        head = hv.tolist()
+        P = np.array([head + x for x in profiles], dtype=np.float64)  # [profiles, m]
+        heavy = np.zeros(P.shape[1], dtype=bool)
+        heavy[:hv.size] = True
+        orders, _, _ = _all_orders(P[0], heavy, p)  # the block's order depends on the heavy heights only
+        scores = np.minimum.reduceat(makespans(P[who[:, None], orders[sel]], p), starts)
     return np.array(profiles[int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))], dtype=np.float64)
