@@ -16,7 +16,8 @@ import numpy as np
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.hydra_placement import Layout
 from dcpsim.policies.hydra_target import cell_degrees
-from dcpsim.policies.hydra_work import OPTION_KEY, Pricer, engine_option_tuple, sorted_unique
+from dcpsim.policies.hydra_options import engine_option_tuple
+from dcpsim.policies.hydra_work import OPTION_KEY, Pricer, sorted_unique
 
 __all__ = ["group_engines", "planning_engines", "sequence_degrees"]
 
@@ -85,7 +86,8 @@ def planning_engines(sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, le
         ou = np.asarray(opt_u, dtype=np.int64)
         w = pricer.work(reps, np.repeat(oc, counts), np.repeat(ou, counts))
         o = pricer.overhead(oc, ou).tolist()
-        starts = np.cumsum(counts) - counts
+        n_of = np.asarray(counts, dtype=np.int64)
+        starts = np.cumsum(n_of) - n_of
         sums = np.add.reduceat(w, starts).tolist()
         best: dict[int, tuple[float, int]] = {}
         t = max(tau, 1e-12)

@@ -9,14 +9,15 @@ overheads and give it the rows its ``lower`` and ``estimate`` read.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.hydra_work import (MIN_WORK_S, OPTION_KEY, Pricer, alone_time, class_times, engine_options,
-                                        group_overhead, prices_fixed_costs, sequence_work, sorted_unique,
-                                        stage_classes_of)
+from dcpsim.policies.hydra_options import engine_options_of
+from dcpsim.policies.hydra_work import (MIN_WORK_S, OPTION_KEY, Pricer, alone_time, class_times, group_overhead,
+                                        prices_fixed_costs, sequence_work, sorted_unique, stage_classes_of)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,71 @@ def geomspace(lo: int, hi: int, num: int) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class _Options:
+    """The grid's options (every allowed degree's engines, degree by degree) and, per degree, the rows of its
+    options padded to the most options of any degree (``pad``: past its last; padded with its first row)."""
+
+    opt_k: np.ndarray  # [options] degree index
+    opt_u: np.ndarray  # [options] inner Ulysses degree
+    size: np.ndarray  # [options] degree
+    keys: np.ndarray  # [options] size · OPTION_KEY + u, rising
+    key_list: tuple[int, ...]
+    first: np.ndarray  # [K] each degree's first row
+    pick: np.ndarray  # [K, width] each degree's rows
+    pad: np.ndarray  # [K, width] bool
+
+
+def _frozen(*arrays: np.ndarray) -> None:
+    for a in arrays:
+        a.flags.writeable = False
+
+
+@lru_cache(maxsize=256)
+def _options(degrees: tuple[int, ...], cp_engine: str, kv_heads_per_rank: int, domain_ranks: int) -> _Options:
+    """:class:`_Options` of ``degrees`` under ``cp_engine`` for a job with these KV heads per rank and ranks per
+    NVLink domain (kept: it depends on nothing else; read-only arrays)."""
+    opt_k, opt_u = [], []
+    for k, c in enumerate(degrees):
+        for u in engine_options_of(c, cp_engine, kv_heads_per_rank, domain_ranks):
+            opt_k.append(k)
+            opt_u.append(u)
+    opt_k_a, opt_u_a = np.asarray(opt_k, dtype=np.int64), np.asarray(opt_u, dtype=np.int64)
+    K = len(degrees)
+    size = np.asarray(degrees, dtype=np.int64)[opt_k_a]
+    keys = size * OPTION_KEY + opt_u_a
+    ends = np.searchsorted(opt_k_a, np.arange(K + 1))
+    counts = np.diff(ends)
+    width = int(counts.max()) if K else 1
+    off = np.arange(width)
+    pad = off[None, :] >= counts[:, None]  # [K, width]
+    pick = np.where(pad, ends[:-1, None], ends[:-1, None] + off[None, :])
+    first = ends[:-1].copy()
+    _frozen(opt_k_a, opt_u_a, size, keys, first, pick, pad)
+    return _Options(opt_k_a, opt_u_a, size, keys, tuple(keys.tolist()), first, pick, pad)
+
+
+@lru_cache(maxsize=256)
+def _probe_layout(n_opt: int, G: int) -> tuple:
+    """The probe call's layout for ``n_opt`` options on a grid of G points: (probe points, rest mask, P, R,
+    each entry's index into the grid followed by the lengths 1 and 2, each entry's option, the probes' count):
+    every option at every fourth point and the last, then every option at 1 and 2 tokens, then every option at
+    the rest (kept: it depends on the two counts alone; read-only arrays)."""
+    probe = np.arange(0, G, 4)
+    if probe[-1] != G - 1:
+        probe = np.append(probe, G - 1)
+    P = len(probe)
+    rest = np.ones(G, dtype=bool)
+    rest[probe] = False
+    R = G - P
+    each = np.arange(n_opt)
+    at = np.concatenate([np.tile(probe, n_opt), np.full(n_opt, G), np.full(n_opt, G + 1),
+                         np.tile(np.flatnonzero(rest), n_opt)])
+    option = np.concatenate([np.repeat(each, P), each, each, np.repeat(each, R)])
+    _frozen(probe, rest, at, option)
+    return probe, rest, P, R, at, option, P * n_opt + 2 * n_opt
+
+
 def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: JobSpec,
                cost_model: CostModel, budget: int, ratio: float = 1.05, max_points: int = 160,
                pricer: Pricer | None = None) -> WorkGrid:
@@ -74,33 +140,20 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
     npts = int(min(max_points, max(2, np.ceil(np.log(hi / lo) / np.log(ratio)) + 1))) if hi > lo else 1
     grid = sorted_unique(np.concatenate([np.round(geomspace(lo, hi, npts)).astype(np.int64), [lo, hi]]))
     G, K = len(grid), len(degrees)
-    opt_k, opt_u = [], []
-    for k, c in enumerate(degrees.tolist()):
-        for u in engine_options(c, cp_engine, job):
-            opt_k.append(k)
-            opt_u.append(u)
-    opt_k_a, opt_u_a = np.asarray(opt_k), np.asarray(opt_u)
-    n_opt = len(opt_k)
-    oc = degrees[opt_k_a]
+    opts = _options(tuple(degrees.tolist()), cp_engine, job.kv_heads_per_rank,
+                    max(1, job.gpu.nvlink_domain // job.tp))
+    opt_u_a = opts.opt_u
+    n_opt = len(opt_u_a)
+    oc = opts.size
     if pricer is None:
         w_all = sequence_work(np.tile(grid, n_opt), np.repeat(oc, G), np.repeat(opt_u_a, G),
                               cost_model).reshape(n_opt, G)
         o_all = group_overhead(oc, opt_u_a, cost_model)
     else:
-        probe = np.arange(0, G, 4)
-        if probe[-1] != G - 1:
-            probe = np.append(probe, G - 1)
-        P = len(probe)
-        rest = np.ones(G, dtype=bool)
-        rest[probe] = False
-        R = G - P
+        probe, rest, P, R, at, all_o, n_probe = _probe_layout(n_opt, G)
         # the probes, then every option at 1 and 2 tokens (its overhead, as group_overhead prices it), then the
         # rest of the grid ...
-        all_l = np.concatenate([np.tile(grid[probe], n_opt), np.ones(n_opt, np.int64), np.full(n_opt, 2, np.int64),
-                                np.tile(grid[rest], n_opt)])
-        each = np.arange(n_opt)
-        all_o = np.concatenate([np.repeat(each, P), each, each, np.repeat(each, R)])  # the option of each
-        n_probe = P * n_opt + 2 * n_opt
+        all_l = np.concatenate([grid, [1, 2]])[at]
         # ... the probes at one stage of each class of stages that cost the same; the last stage's class (the
         # analytic model's heaviest everywhere: the LM head and loss) prices the rest of the grid too, kept if the
         # pricer narrows to that class (else priced again at the stages it keeps)
@@ -116,8 +169,7 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         pricer.narrow(t[:, :P * n_opt])
         t12 = t[:, P * n_opt:].max(axis=0)
         o_all = np.maximum(0.0, 2.0 * t12[:n_opt] - t12[n_opt:])
-        keys = oc * OPTION_KEY + opt_u_a
-        pricer.set_overheads(keys, o_all)
+        pricer.set_overheads(opts.keys, o_all)
         # the work at the pricer's stages: the probes' columns are already priced (at every stage), the rest
         # of the grid too when those stages are the last one's class
         kept = tuple(range(pp)) if pricer.stages is None else pricer.stages
@@ -129,21 +181,16 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
                 rest_last = alone_time(all_l[n_probe:], oc, opt_u_a, cost_model, pricer.stages, option=all_o[n_probe:])
             iso[:, rest] = rest_last.reshape(n_opt, R)
         w_all = np.maximum(MIN_WORK_S, iso - o_all[:, None])
-        pricer.set_grid(grid, keys.tolist(), w_all)
+        pricer.set_grid(grid, opts.key_list, w_all)
     alone = w_all + o_all[:, None]
     # the best option of each degree (the options of one degree are consecutive rows; first minimum on ties)
-    ends = np.searchsorted(opt_k_a, np.arange(K + 1))
     # (one argmin over the degrees' rows padded to the most options with +inf, which never comes first)
-    counts = np.diff(ends)
-    width = int(counts.max()) if K else 1
-    if width == 1:
-        best_r = np.broadcast_to(ends[:-1], (G, K))
+    if opts.pick.shape[1] == 1:
+        best_r = np.broadcast_to(opts.first, (G, K))
     else:
-        off = np.arange(width)
-        pad = off[None, :] >= counts[:, None]  # [K, width]
-        vals = alone[np.where(pad, ends[:-1, None], ends[:-1, None] + off[None, :])]  # [K, width, G]
-        vals[pad] = np.inf
-        best_r = (ends[:-1, None] + np.argmin(vals, axis=1)).T  # [G, K]
+        vals = alone[opts.pick]  # [K, width, G]
+        vals[opts.pad] = np.inf
+        best_r = (opts.first[:, None] + np.argmin(vals, axis=1)).T  # [G, K]
     best_u = opt_u_a[best_r].astype(np.int64)
     best_w = w_all[best_r, np.arange(G)[:, None]]
     best_o = o_all[best_r]

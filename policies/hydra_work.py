@@ -33,15 +33,18 @@ engine) priced once, at the stages that can be the heaviest (tests/policies/test
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel, GroupBatch
-from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.engines import ulysses_degrees_of
-from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.hydra_options import (  # noqa: F401  (re-exported: HyDra's callers import them from here)
+    allowed_degrees,
+    engine_option_tuple,
+    engine_options,
+    engine_options_of,
+)
 from dcpsim.policies.plan import Plan
 
 if TYPE_CHECKING:
@@ -182,6 +185,10 @@ class Pricer:
         self._row_key = np.zeros(0, dtype=np.int64)  # [rows] size · OPTION_KEY + ulysses
         self._rows = 0
         self._lut = np.full((1, 1), -1, dtype=np.int64)  # [size, ulysses] → row
+        self._lack = False  # rows were added whose overhead may be unknown (NaN)
+        self._slot = np.zeros(0, dtype=np.int64)  # scratch: one int per memo cell (work's distinct cells)
+        # (the stages the work is priced at, the stage classes priced for them): set on first pricing
+        self._classes: tuple[tuple[int, ...] | None, tuple[int, ...]] | None = None
 
     def _new_rows(self, keys: np.ndarray) -> None:
         """Give each of ``keys`` (distinct, not yet known; int64) a row of the memo."""
@@ -209,6 +216,7 @@ class Pricer:
         self._lut[c, u] = np.arange(self._rows, need)
         self._row_key[self._rows:need] = keys
         self._rows = need
+        self._lack = True
 
     def _row_of(self, size: int, ulysses: int) -> int:
         lut = self._lut
@@ -235,7 +243,7 @@ class Pricer:
         self._new_rows(keys[~known])
         return self._lut[sizes, ulysses]
 
-    def set_grid(self, grid: np.ndarray, keys: list[int], work: np.ndarray) -> None:
+    def set_grid(self, grid: np.ndarray, keys: Sequence[int], work: np.ndarray) -> None:
         """Keep the grid's work ([options, G] at the lengths ``grid``, option keys ``keys``) for :meth:`lower`."""
         self._grid = grid
         rising = np.all(np.diff(work, axis=1) >= 0, axis=1).tolist()
@@ -287,6 +295,7 @@ class Pricer:
             else:
                 rows = self._rows_of(keys // OPTION_KEY, keys % OPTION_KEY)  # (may grow the memo)
             self._tab_ovh[rows] = np.asarray(overheads, dtype=np.float64)
+            self._lack = True  # (a NaN given here is priced at the next pricing, as a new row's)
 
     def _overhead_rows(self, rows: np.ndarray) -> np.ndarray:
         """Overhead of the options at memo ``rows``, priced (all missing ones in one call) where not known."""
@@ -320,81 +329,49 @@ class Pricer:
         else:
             rows = self._rows_of(np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64))
             flat = ((rows if rows.shape == (n,) else np.broadcast_to(rows, (n,))) << sh) + li
-        tab, known = self._tab.reshape(-1), self._known.reshape(-1)  # views: the memo is C-contiguous
-        out = tab[flat]
-        miss = ~known[flat]
-        if np.count_nonzero(miss):
-            # every (option, distinct length) not priced yet, in one cost-model call (class_times)
-            flat_miss = flat[miss]
-            if 32 * len(flat_miss) > len(tab):  # many: sorted distinct entries by marking the memo's cells
-                mark = np.zeros(len(tab), dtype=bool)
-                mark[flat_miss] = True
-                need = np.flatnonzero(mark)
-            else:
-                need = sorted_unique(flat_miss)
-            r, j = need >> sh, need & ((1 << sh) - 1)
-            k = self._row_key[:self._rows]  # every row's option, each priced length at its row's
-            iso = alone_time(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), self.cost_model, self.stages,
-                             option=r)
-            lack = np.flatnonzero(np.isnan(self._tab_ovh[:self._rows]))  # (only rows new in this call: in r)
+        known = self._known.reshape(-1)  # (views: the memo is C-contiguous)
+        priced = known[flat]
+        if not priced.all():
+            self._price(flat[~priced], known)
+        return self._tab.reshape(-1)[flat]
+
+    def _price(self, flat_miss: np.ndarray, known: np.ndarray) -> None:
+        """Price the memo cells ``flat_miss`` (row << shift | length; repeats allowed) in one cost-model call
+        (every stage class of ``stages`` at once, :func:`class_times`) and mark them known."""
+        tab = self._tab.reshape(-1)
+        m = len(flat_miss)
+        if m > 1:  # each cell once: the position whose own index survives a scatter (any order prices the same)
+            slot = self._slot
+            if len(slot) < len(tab):
+                slot = self._slot = np.empty(len(tab), dtype=np.int64)
+            at = np.arange(m)
+            slot[flat_miss] = at
+            need = flat_miss[slot[flat_miss] == at]
+        else:
+            need = flat_miss
+        sh = self._shift
+        r, j = need >> sh, need & ((1 << sh) - 1)
+        k = self._row_key[:self._rows]  # every row's option, each priced length at its row's
+        cm = self.cost_model
+        if self._classes is None or self._classes[0] != self.stages:
+            stages = tuple(range(getattr(cm.job, "pp", 1))) if self.stages is None else self.stages
+            rep = stage_classes_of(cm)
+            self._classes = (self.stages, tuple(dict.fromkeys(rep[s] for s in stages)))
+        several = getattr(cm, "alone_stage_totals", None)
+        if several is not None:  # (class_times' call)
+            rows = several(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), self._classes[1], None, r)
+        else:
+            rows = class_times(self.uniq[j], k >> OPTION_KEY_BITS, k & (OPTION_KEY - 1), cm, self.stages, option=r)
+        iso = rows[0]
+        for row in rows[1:]:  # (alone_time's maximum: exact in any order)
+            iso = np.maximum(iso, row)
+        if self._lack:  # rows added since the last pricing may lack their overhead (they are all in r)
+            lack = np.flatnonzero(np.isnan(self._tab_ovh[:self._rows]))
             if lack.size:
                 self._overhead_rows(lack)
-            tab[need] = np.maximum(MIN_WORK_S, iso - self._tab_ovh[r])
-            known[need] = True
-            out = tab[flat]
-        return out
-
-
-# ---- degrees and engines -------------------------------------------------------------------------------------
-def engine_options(size: int, cp_engine: str, job: JobSpec) -> list[int]:
-    """Inner Ulysses degrees u that ``cp_engine`` allows for a group of ``size`` ranks (empty: none).
-
-    ring → [1]; ulysses → [size] when Ulysses can span the group; hybrid → the largest valid u (Ulysses inside
-    the node, ring across); auto → every valid u, to be priced.
-    """
-    return list(engine_option_tuple(size, cp_engine, job))
-
-
-def engine_option_tuple(size: int, cp_engine: str, job: JobSpec) -> tuple[int, ...]:
-    """:func:`engine_options` as a tuple (kept per size, engine and the job's KV heads and NVLink domain)."""
-    return _engine_options(int(size), cp_engine, job.kv_heads_per_rank, max(1, job.gpu.nvlink_domain // job.tp))
-
-
-@lru_cache(maxsize=4096)
-def _engine_options(size: int, cp_engine: str, kv_heads_per_rank: int, domain_ranks: int) -> tuple[int, ...]:
-    if size == 1 or cp_engine == "ring":
-        return (1,)
-    us = ulysses_degrees_of(size, kv_heads_per_rank, domain_ranks)
-    if cp_engine == "ulysses":
-        return (size,) if size in us else ()
-    if cp_engine == "hybrid":
-        return (max(us),)
-    return us
-
-
-def allowed_degrees(pool: int, mode: str, min_cp_size: int, cp_engine: str, job: JobSpec) -> np.ndarray:
-    """CP degrees HyDra may use, ascending.
-
-    ``pow2``: powers of two ≤ W, plus W itself when W is not a power of two (so that anything that fits the
-    pool can be placed); ``any``: every integer 1..W. Both keep only degrees ≥ ``min_cp_size`` that the CP
-    engine can run.
-    """
-    if mode == "pow2":
-        cand = [1 << i for i in range(pool.bit_length()) if (1 << i) <= pool]
-        if cand[-1] != pool:
-            cand.append(pool)
-    elif mode == "any":
-        cand = list(range(1, pool + 1))
-    else:
-        raise PolicyError(f"degrees = {mode!r} is unknown; valid: pow2, any")
-    if min_cp_size < 1 or min_cp_size > pool:
-        raise PolicyError(f"min_cp_size = {min_cp_size} must be between 1 and the pool size {pool}")
-    out = [c for c in cand if c >= min_cp_size and engine_options(c, cp_engine, job)]
-    if not out:
-        raise PolicyError(f"no CP degree ≥ min_cp_size = {min_cp_size} on a pool of {pool} ranks can run "
-                          f"cp_engine = {cp_engine!r} (KV heads per rank {job.kv_heads_per_rank}); "
-                          "use cp_engine hybrid or auto")
-    return np.asarray(out, dtype=np.int64)
+            self._lack = False
+        tab[need] = np.maximum(MIN_WORK_S, iso - self._tab_ovh[r])
+        known[need] = True
 
 
 # ---- the load of a finished plan ---------------------------------------------------------------------------
