@@ -84,8 +84,7 @@ class TargetSearch:
         self._upper = np.concatenate([tm.thresholds, [np.inf]])
         self._lower = np.concatenate([[0.0], tm.thresholds])
         self._floor = max(tm.slot_overhead, 1e-12)
-        self._records: tuple | None = None  # per cell its degree records (:meth:`_degrees_at`)
-        self._tables: tuple | None = None  # per (cell, degree) what :meth:`_structures` sums
+        self._records: tuple | None = None  # per cell its degree records (:meth:`_record_tables`)
         self._thr_asc = np.sort(tm.heavy_thr)
         self._thr_desc = self._thr_asc[::-1]
         self._cut = np.concatenate([[np.inf], self._thr_desc])  # a set of j cells: thresholds ≥ _cut[j]
@@ -189,58 +188,90 @@ class TargetSearch:
         e = np.argmax(tau_e < self._upper, axis=1)
         return np.maximum(np.maximum(tau_e[np.arange(len(m)), e], self._lower[e]), self._floor)
 
-    def _degrees_at(self, tau: np.ndarray) -> np.ndarray:
-        """[n, G]: :func:`cell_degrees`'s degree index of every cell at each τ of ``tau``. A cell holding
-        sequences takes its first record (a degree whose load alone beats every smaller degree's) that fits
-        τ: the records' loads fall with the degree, so that is record c, c the count of its records above τ
-        (c = all of them: heavy, the last record, ``heavy_k``). Cells without sequences: the full rule."""
+    def _record_tables(self) -> tuple | None:
+        """Per cell holding sequences its degree records (a degree whose load alone beats every smaller
+        degree's; :func:`cell_degrees` takes the first that fits τ: record c, c the count of its records above
+        τ, the loads falling with the degree; all above: heavy, the last record, ``heavy_k``): every record's
+        cell (its position among these cells) in falling order of load, each cell's first and last record;
+        per record its degree index, load alone and rank-seconds (what :meth:`_structures` sums); per cell its
+        sequences and heavy threshold. None where a cell holds sequences but no record (the full rule)."""
         if self._records is None:
-            G = len(self.tm.heavy_k)
-            if self.tm.records is not None:
-                rows, cols, wm = self.tm.records
+            g, tm = self.grid, self.tm
+            G, K = len(tm.heavy_k), len(g.degrees)
+            if tm.records is not None:
+                rows, cols, wm = tm.records
             else:
-                alone = alone_load(self.grid)
+                alone = alone_load(g)
                 prev_min = np.minimum.accumulate(np.c_[np.full(G, np.inf), alone[:, :-1]], axis=1)
                 rows, cols = np.nonzero(np.isfinite(alone) & (alone < prev_min) & (self.R[:, None] > 0))
                 wm = alone[rows, cols]
-            starts = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]])) if len(rows) else rows
-            cells = rows[starts]
             has = np.zeros(G, dtype=bool)
-            has[cells] = True
-            self._records = (wm, cols, cells, starts, np.concatenate([starts[1:], [len(rows)]]) - 1,
-                             not bool((~has & (self.count > 0)).any()))
-        loads, cols, cells, starts, last, complete = self._records
-        if not complete or not len(cells):
-            alone = alone_load(self.grid)
-            ok = alone[None, :, :] <= tau[:, None, None]
-            return np.where(~ok.any(axis=2), self.tm.heavy_k[None, :], np.argmax(ok, axis=2))
-        above = np.add.reduceat(loads[None, :] > tau[:, None], starts, axis=1, dtype=np.int64)
-        k = np.empty((len(tau), len(self.tm.heavy_k)), dtype=np.int64)
-        k[:] = self.tm.heavy_k
-        k[:, cells] = cols[np.minimum(starts + above, last)]
-        return k
+            has[rows] = True
+            if not len(rows) or bool((~has & (self.count > 0)).any()):
+                self._records = (None,)
+            else:
+                first = np.concatenate([[True], rows[1:] != rows[:-1]])
+                cells = rows[first]
+                starts = np.flatnonzero(first)
+                down = np.argsort(-wm)  # ties: above or not τ together (any order)
+                at = rows * K + cols
+                self._records = (wm[down][::-1].copy(), (np.cumsum(first) - 1)[down], starts,
+                                 np.concatenate([starts[1:], [len(rows)]]) - 1, cols,
+                                 (g.work + g.overhead).ravel().take(at),
+                                 (self.R[:, None] * g.work + self.count[:, None] * g.overhead).ravel().take(at),
+                                 self.count[cells], tm.heavy_thr[cells])
+        return None if self._records[0] is None else self._records
 
-    def _structures(self, tau: np.ndarray, heavy: np.ndarray) -> np.ndarray:
-        """:meth:`_structure` of each τ of ``tau`` with its heavy set (rows of ``heavy`` [n, G]); the per-degree
-        sums run over the cells in the same order (one bincount over (row, degree) bins)."""
+    def _records_at(self, tau: np.ndarray, rec: tuple) -> np.ndarray:
+        """[n, cells with records]: each cell's record at each τ of ``tau`` (index into the records). The
+        records above τ are the first ``above`` by falling load; with the rows ordered by that count, each
+        row's per-cell counts are the previous row's plus the cells of the records in between (one bincount
+        over (row, cell), a running sum down the rows)."""
+        asc, seg_down, starts, last = rec[:4]
+        n, C = len(tau), len(starts)
+        above = len(asc) - np.searchsorted(asc, tau, side="right")
+        order = np.argsort(above, kind="stable")
+        ranked = above[order]
+        top = int(ranked[-1])
+        row = np.searchsorted(ranked, np.arange(top), side="right")  # the first row each record is above
+        count = np.bincount(row * C + seg_down[:top], minlength=n * C).reshape(n, C).cumsum(axis=0)
+        out = np.empty_like(count)
+        out[order] = np.minimum(count + starts, last)
+        return out
+
+    def _degrees_at(self, tau: np.ndarray) -> np.ndarray:
+        """[n, G]: :func:`cell_degrees`'s degree index of every cell at each τ of ``tau`` (the full rule)."""
+        alone = alone_load(self.grid)
+        ok = alone[None, :, :] <= tau[:, None, None]
+        return np.where(~ok.any(axis=2), self.tm.heavy_k[None, :], np.argmax(ok, axis=2))
+
+    def _structures(self, tau: np.ndarray, hj: np.ndarray) -> np.ndarray:
+        """:meth:`_structure` of each τ of ``tau`` with its heavy set (``hj`` cells, those of the highest
+        thresholds); the per-degree sums run over the cells in ascending order (one bincount over (row,
+        degree) bins; cells that do not count add nothing, so only the cells with records are listed)."""
         g = self.grid
-        K = len(g.degrees)
-        if self._tables is None:  # per (cell, degree), flat: load alone, rank-seconds R·work + count·overhead
+        K, n = len(g.degrees), len(tau)
+        cut = self._cut[hj][:, None]  # a heavy set of j cells: thresholds ≥ cut
+        rec = self._record_tables()
+        if rec is not None:
+            cols, alone, rank_s, count, thr = rec[4:]
+            r = self._records_at(tau, rec)
+            k = cols.take(r)
+            rows = (k > 0) & (thr < cut)
+            w_alone, w_rank = alone.take(r), rank_s.take(r)
+        else:
             G = len(self.count)
-            self._tables = ((g.work + g.overhead).ravel(),
-                            (self.R[:, None] * g.work + self.count[:, None] * g.overhead).ravel(),
-                            np.arange(G) * K, self.count > 0)
-        alone, rank_s, base, has = self._tables
-        k = self._degrees_at(tau)
-        at = base + k
-        rows = ~heavy & (k > 0) & has
-        n = len(tau)
+            k = self._degrees_at(tau)
+            at = np.arange(G) * K + k
+            rows = (k > 0) & (self.count > 0) & ~(self.tm.heavy_thr >= cut)
+            count = self.count
+            w_alone = (g.work + g.overhead).ravel().take(at)
+            w_rank = (self.R[:, None] * g.work + self.count[:, None] * g.overhead).ravel().take(at)
         bins = (k + (np.arange(n) * K)[:, None]).ravel()
         # count · (load alone > τ/2) where the row counts, else 0 (count ≥ 0: the same numbers)
-        half = np.bincount(bins, weights=np.where(rows & (alone.take(at) > tau[:, None] / 2), self.count, 0.0).ravel(),
+        half = np.bincount(bins, weights=np.where(rows & (w_alone > tau[:, None] / 2), count, 0.0).ravel(),
                            minlength=n * K).reshape(-1, K)
-        load = np.bincount(bins, weights=np.where(rows, rank_s.take(at), 0.0).ravel(),
-                           minlength=n * K).reshape(-1, K)
+        load = np.bincount(bins, weights=np.where(rows, w_rank, 0.0).ravel(), minlength=n * K).reshape(-1, K)
         groups = np.maximum(half, np.ceil(load / tau[:, None] - 1e-9))
         return (g.degrees * groups).sum(axis=1)
 
@@ -265,9 +296,8 @@ class TargetSearch:
             excl[i] = self._excl_j[now[i]]
             tau[i] = self._solve(ms[i], excl[i])
         tok, free, hsum, hmax = self._tok_j[hj], self._free_j[hj], self._hsum_j[hj], self._hmax_j[hj]
-        masks = tm.heavy_thr[None, :] >= self._cut[hj][:, None]  # the heavy set of hj cells
         light_tokens = self._tokens - tok
-        need = np.maximum(np.ceil((self._structures(tau, masks) - free) / self.W - 1e-9),
+        need = np.maximum(np.ceil((self._structures(tau, hj) - free) / self.W - 1e-9),
                           np.ceil(light_tokens / self.token_cap - 1e-9)).astype(np.int64)
         light_work = tm.F[np.searchsorted(tm.thresholds, tau, side="right")] - excl
         # the heavy microbatches' spare ranks hold the rest: no light microbatch
