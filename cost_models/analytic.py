@@ -50,7 +50,7 @@ from dcpsim.cost_models.flops import (
 )
 from dcpsim.cost_models.head import embedding_compute_s, ends_tp_comm_s, head_compute_s
 from dcpsim.cost_models.memory import memory_budget_tokens, model_state_bytes, peak_memory_bytes, stage_params
-from dcpsim.cost_models.probe import option_stage_totals
+from dcpsim.cost_models.probe import option_block_totals, option_stage_totals
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.cost_models.topology import (
@@ -173,6 +173,17 @@ class AnalyticCostModel:
                 total = total + ep_f + ep_b
             out.append(total)
         return out
+
+    def alone_block_totals(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
+                           stages: tuple[int, ...], prefix: tuple[int | None, ...] | None = None) -> list[np.ndarray]:
+        """Row i: [groups, k] totals of every listed group (``sizes``, ``ulysses``) at each of the first k =
+        ``prefix[i]`` ``lengths`` (None: all) at ``stages[i]``: ``alone_stage_totals`` of the block flattened
+        group by group, bit for bit (cost_models.probe), without the per-sequence gathers."""
+        L = np.asarray(lengths, dtype=np.int64).astype(np.float64)
+        size, u = np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64)
+        shared = not self.job.model.is_moe and self._stages_on_domain_boundaries()
+        ks = [len(L) if k is None else k for k in (prefix or (None,) * len(stages))]
+        return option_block_totals(self, L, size, u, stages, ks, shared)
 
     def _costs(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, first_rank: np.ndarray,
                gid: np.ndarray | None, crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:

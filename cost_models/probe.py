@@ -123,8 +123,29 @@ def option_stage_totals(cm: AnalyticCostModel, L: np.ndarray, size: np.ndarray, 
         if core is None or not shared:
             c = max(ks) if shared else k
             tab = _table(cm, size, u, -1 if shared else s, s)
-            core = _core(cm, L[:c], tab, opt[:c])
+            core = _core(cm, L[:c], tab, dict(zip(tab.names, tab.rows[:, opt[:c]])))
         part = core if len(core[0]) == k else tuple(x[:k] for x in core)
+        out.append(_total(cm, part, s))
+    return out
+
+
+def option_block_totals(cm: AnalyticCostModel, L: np.ndarray, size: np.ndarray, u: np.ndarray,
+                        stages: tuple[int, ...], ks: list[int], shared: bool) -> list[np.ndarray]:
+    """``alone_block_totals``: row i the totals [options, ks[i]] of every option (int64 ``size``, ``u``) at each of
+    the first ``ks[i]`` lengths ``L`` (float64) at ``stages[i]``, the numbers of :func:`option_stage_totals` of the
+    flattened block (each entry's operations the same, on an option's column and a length's row)."""
+    if cm.job.model.is_moe:
+        n, c = len(size), len(L)
+        flat = _moe_stage_totals(cm, np.tile(L, n), size, u, np.repeat(np.arange(n), c), stages, [n * c] * len(ks))
+        return [row.reshape(n, c)[:, :k] for row, k in zip(flat, ks)]
+    core: tuple | None = None
+    out = []
+    for s, k in zip(stages, ks):
+        if core is None or not shared:
+            c = max(ks) if shared else k
+            tab = _table(cm, size, u, -1 if shared else s, s)
+            core = _core(cm, L[None, :c], tab, {n: row[:, None] for n, row in zip(tab.names, tab.rows)})
+        part = core if core[0].shape[1] == k else tuple(x[:, :k] for x in core)
         out.append(_total(cm, part, s))
     return out
 
@@ -159,13 +180,14 @@ def _moe_stage_totals(cm: AnalyticCostModel, L: np.ndarray, size: np.ndarray, u:
     return out
 
 
-def _core(cm: AnalyticCostModel, L: np.ndarray, tab: OptionTable, opt: np.ndarray) -> tuple:
-    """(fwd, CP fwd, bwd, CP bwd, tokens per rank, the GEMM curve's x + half and peak · 1e12 · x) of ``L`` in the
-    options ``opt`` of ``tab``: AnalyticCostModel._core's numbers for a dense model (its operations in its
-    order, in place where an operand is not needed again: a · b is b · a and a + b is b + a in IEEE 754)."""
+def _core(cm: AnalyticCostModel, L: np.ndarray, tab: OptionTable, g: dict[str, np.ndarray]) -> tuple:
+    """(fwd, CP fwd, bwd, CP bwd, tokens per rank, the GEMM curve's x + half and peak · 1e12 · x) of ``L`` in
+    groups whose quantities of ``tab`` are ``g`` (gathered per sequence, or a column per option against a row of
+    lengths: then every result is [options, lengths], broadcast elementwise): AnalyticCostModel._core's numbers
+    for a dense model (its operations in its order, in place where an operand is not needed again and has the
+    result's shape: a · b is b · a and a + b is b + a in IEEE 754)."""
     job, m, cal = cm.job, cm.job.model, cm.cal
     nl, t, hd = job.layers_per_stage, job.tp, m.head_dim
-    g = dict(zip(tab.names, tab.rows[:, opt]))
     size, r = g["size"], g["r"]
     tpr = L / size
     # linear layers: gemm.seconds(flops, tpr) = flops · (x + half) / (peak · 1e12 · x), x = max(tpr, 1e-9)
@@ -186,7 +208,7 @@ def _core(cm: AnalyticCostModel, L: np.ndarray, tab: OptionTable, opt: np.ndarra
     att *= m.heads
     if t != 1:
         att /= t
-    att /= size
+    att = att / size
     att *= nl
     Lr = L / r
     block = np.maximum(Lr, 1e-9)
@@ -256,7 +278,7 @@ def _core(cm: AnalyticCostModel, L: np.ndarray, tab: OptionTable, opt: np.ndarra
         cp_f *= nl
         cp_b *= nl
     else:
-        cp_f = np.zeros(len(L))
+        cp_f = np.zeros(tpr.shape)
         cp_b = cp_f.copy()
     fwd = att_f
     fwd += lin_f

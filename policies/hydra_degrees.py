@@ -67,7 +67,10 @@ def planning_engines(sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, le
     their groups, keep their own best. Returns engines, exact shares and group overheads by (c, u)."""
     u_seq = u_seq.copy()
     light = np.flatnonzero(~heavy)
-    by = light[np.argsort(sizes[light], kind="stable")]  # by degree, each degree's in batch order
+    sl = sizes[light]
+    if len(sl) and int(sl.max()) < 1 << 15:  # (a stable sort of 16-bit keys is a radix sort: the same order)
+        sl = sl.astype(np.int16)
+    by = light[np.argsort(sl, kind="stable")]  # by degree, each degree's in batch order
     cs = sizes[by]
     cut = [0] + (np.flatnonzero(cs[1:] != cs[:-1]) + 1).tolist() if len(by) else []
     bounds = cut + [len(by)]

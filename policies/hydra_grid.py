@@ -152,19 +152,25 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
     else:
         probe, rest, P, R, at, all_o, n_probe = _probe_layout(n_opt, G)
         # the probes, then every option at 1 and 2 tokens (its overhead, as group_overhead prices it), then the
-        # rest of the grid ...
-        all_l = np.concatenate([grid, [1, 2]])[at]
-        # ... the probes at one stage of each class of stages that cost the same; the last stage's class (the
-        # analytic model's heaviest everywhere: the LM head and loss) prices the rest of the grid too, kept if the
-        # pricer narrows to that class (else priced again at the stages it keeps)
+        # rest of the grid, option by option: the probes at one stage of each class of stages that cost the
+        # same; the last stage's class (the analytic model's heaviest everywhere: the LM head and loss) prices
+        # the rest of the grid too, kept if the pricer narrows to that class (else priced again at the stages
+        # it keeps)
         pp = getattr(cost_model.job, "pp", 1)
         rep = stage_classes_of(cost_model)
         last = rep[pp - 1]
         classes = tuple(sorted(set(rep)))
-        rows = class_times(all_l, oc, opt_u_a, cost_model, classes,
-                           tuple(None if r == last and R else n_probe for r in classes), all_o)
-        t_of = {r: row[:n_probe] for r, row in zip(classes, rows)}
-        rest_last = rows[classes.index(last)][n_probe:] if R else None
+        block = getattr(cost_model, "alone_block_totals", None)
+        if block is not None:  # the same numbers as one [options, lengths] block (no per-entry gathers)
+            cols = np.concatenate([grid[probe], [1, 2], grid[rest]])
+            rows_b = block(cols, oc, opt_u_a, classes, tuple(None if r == last and R else P + 2 for r in classes))
+            t_of = {r: np.concatenate([b[:, :P].reshape(-1), b[:, P], b[:, P + 1]]) for r, b in zip(classes, rows_b)}
+            rest_last = rows_b[classes.index(last)][:, P + 2:].reshape(-1) if R else None
+        else:
+            rows = class_times(np.concatenate([grid, [1, 2]])[at], oc, opt_u_a, cost_model, classes,
+                               tuple(None if r == last and R else n_probe for r in classes), all_o)
+            t_of = {r: row[:n_probe] for r, row in zip(classes, rows)}
+            rest_last = rows[classes.index(last)][n_probe:] if R else None
         t = np.stack([t_of[rep[s]] for s in range(pp)])
         pricer.narrow(t[:, :P * n_opt])
         t12 = t[:, P * n_opt:].max(axis=0)
@@ -178,7 +184,8 @@ def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: Jo
         iso[:, probe] = (ts.max(axis=0) if len(ts) > 1 else ts[0]).reshape(n_opt, P)
         if R:
             if rest_last is None or any(rep[s] != last for s in kept):
-                rest_last = alone_time(all_l[n_probe:], oc, opt_u_a, cost_model, pricer.stages, option=all_o[n_probe:])
+                rest_last = alone_time(np.tile(grid[rest], n_opt), oc, opt_u_a, cost_model, pricer.stages,
+                                       option=all_o[n_probe:])
             iso[:, rest] = rest_last.reshape(n_opt, R)
         w_all = np.maximum(MIN_WORK_S, iso - o_all[:, None])
         pricer.set_grid(grid, opts.key_list, w_all)

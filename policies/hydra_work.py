@@ -186,7 +186,6 @@ class Pricer:
         self._rows = 0
         self._lut = np.full((1, 1), -1, dtype=np.int64)  # [size, ulysses] → row
         self._lack = False  # rows were added whose overhead may be unknown (NaN)
-        self._slot = np.zeros(0, dtype=np.int64)  # scratch: one int per memo cell (work's distinct cells)
         # (the stages the work is priced at, the stage classes priced for them): set on first pricing
         self._classes: tuple[tuple[int, ...] | None, tuple[int, ...]] | None = None
 
@@ -283,7 +282,8 @@ class Pricer:
         """Price the work from now on only at the stages that are the heaviest in some column of
         ``stage_times`` ([p, probes], every stage)."""
         if self.may_narrow and len(stage_times) > 1 and stage_times.shape[1]:
-            self.stages = tuple(int(s) for s in sorted_unique(np.argmax(stage_times, axis=0)))
+            heaviest = np.bincount(np.argmax(stage_times, axis=0), minlength=len(stage_times))
+            self.stages = tuple(np.flatnonzero(heaviest).tolist())  # (ascending, each once)
 
     def set_overheads(self, keys: np.ndarray, overheads: np.ndarray) -> None:
         """Known overheads (keys size · 2^20 + ulysses), priced as :func:`group_overhead` prices them."""
@@ -340,13 +340,12 @@ class Pricer:
         (every stage class of ``stages`` at once, :func:`class_times`) and mark them known."""
         tab = self._tab.reshape(-1)
         m = len(flat_miss)
-        if m > 1:  # each cell once: the position whose own index survives a scatter (any order prices the same)
-            slot = self._slot
-            if len(slot) < len(tab):
-                slot = self._slot = np.empty(len(tab), dtype=np.int64)
-            at = np.arange(m)
-            slot[flat_miss] = at
-            need = flat_miss[slot[flat_miss] == at]
+        if m > 1:
+            # each cell once: the position whose own index survives a scatter into the memo's unpriced cells
+            # (their values are overwritten below; any order prices the same numbers)
+            at = np.arange(m, dtype=np.float64)
+            tab[flat_miss] = at
+            need = flat_miss[tab[flat_miss] == at]
         else:
             need = flat_miss
         sh = self._shift

@@ -74,6 +74,33 @@ def test_per_option_totals_equal_group_costs(job, terms):
             assert row.tobytes() == want.tobytes(), (terms, s)
 
 
+@pytest.mark.parametrize("job,terms", [
+    (_job(), "all"),
+    (_job(), "legacy"),
+    (_job(nics=4), "all"),
+    (_job(tp=2), "all"),
+    (_job(pp=1, pool=64), "all"),
+    (_job(pool=12), "all"),
+    (_job("h100", model="qwen3-30b-a3b"), "all"),
+])
+def test_block_totals_equal_the_flattened_block(job, terms):
+    # every option at every length ([options, lengths], the grid's probes) = the per-option path on the block
+    # flattened option by option, each stage cut to its prefix of lengths
+    cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
+    opts = OPTIONS[(OPTIONS[:, 0] <= job.pool) & (job.kv_heads_per_rank % OPTIONS[:, 1] == 0)]
+    lengths = np.random.default_rng(9).integers(1, 300_000, 37)
+    lengths[-2:] = [1, 2]
+    stages = tuple(range(job.pp))
+    prefix = tuple([None, 5, 0, 30][:job.pp])
+    n, c = len(opts), len(lengths)
+    got = cm.alone_block_totals(lengths, opts[:, 0], opts[:, 1], stages, prefix)
+    flat = cm.alone_stage_totals(np.tile(lengths, n), opts[:, 0], opts[:, 1], stages, option=np.repeat(np.arange(n), c))
+    for s, k, row, want in zip(stages, prefix, got, flat):
+        k = c if k is None else k
+        assert row.shape == (n, k)
+        assert row.tobytes() == want.reshape(n, c)[:, :k].copy().tobytes(), (terms, s)
+
+
 def test_a_second_call_with_the_same_options_reuses_its_table_and_gives_the_same_numbers():
     cm = AnalyticCostModel(make_job())
     lengths = np.array([5, 900, 30000, 250000])
