@@ -89,7 +89,6 @@ class TargetSearch:
         self._thr_desc = self._thr_asc[::-1]
         self._cut = np.concatenate([[np.inf], self._thr_desc])  # a set of j cells: thresholds ≥ _cut[j]
         self._tokens = float(lengths.sum())
-        self._per_seq: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._cum: tuple[np.ndarray, ...] | None = None  # running totals over the cells by threshold
         G = len(tm.heavy_thr)  # per heavy set (by its count of cells, 0: none): what at() reads of it
         self._known = np.zeros(G + 1, dtype=bool)
@@ -98,55 +97,49 @@ class TargetSearch:
         self._tok_j, self._excl_j, self._hsum_j, self._hmax_j = (np.zeros(G + 1) for _ in range(4))
         self._free_j = np.zeros(G + 1, dtype=np.int64)
 
-    def _sequences(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Every sequence at its cell's heavy degree: load alone, size, size · share; each cell's rank-work
-        there."""
-        if self._per_seq is None:
-            g, tm = self.grid, self.tm
-            k = tm.heavy_k[g.cell]
-            at = g.cell * len(g.degrees) + k  # (cell, its heavy degree) in the flat [G, K] tables
-            share = g.work.ravel().take(at) * g.scale
-            size = g.degrees.take(k)
-            self._per_seq = (share + g.overhead.ravel().take(at), size, size * share,
-                             tm.rank_work.ravel().take(np.arange(len(tm.heavy_k)) * len(g.degrees) + tm.heavy_k))
-        return self._per_seq
-
     def _heavy_prep(self) -> tuple:
-        """What :meth:`_heavy_of` reads, once per search: running totals over the cells by falling threshold;
+        """What :meth:`_heavy_of` reads, once per search: every sequence at its cell's heavy degree (load alone,
+        size · share) and each cell's rank-work there; running totals over the cells by falling threshold;
         the cells and the sequences each grouped by cell rank (a heavy set of j cells is the first j cells and
         the first ``n_j[j]`` sequences there, put back in ascending order by a sort of those few), and each
-        sequence's place in the packing's order."""
+        sequence's place in the packing's order. A cell's sequences share its heavy degree (its class)."""
         if self._cum is None:
             g, tm = self.grid, self.tm
-            load, size, sized, rw = self._sequences()
+            G, K = len(tm.heavy_k), len(g.degrees)
+            k_seq = tm.heavy_k[g.cell]
+            at = g.cell * K + k_seq  # (cell, its heavy degree) in the flat [G, K] tables
+            share = g.work.ravel().take(at) * g.scale
+            load = share + g.overhead.ravel().take(at)
+            sized = g.degrees.take(k_seq) * share
+            rw = tm.rank_work.ravel().take(np.arange(G) * K + tm.heavy_k)
             order = np.argsort(-tm.heavy_thr, kind="stable")  # the cells by falling threshold: their rank
-            G = len(order)
             rank = np.empty_like(order)
             rank[order] = np.arange(G)
             seq_rank = rank[g.cell]
             tok = np.bincount(g.cell, weights=self.lengths, minlength=G)[order]
+            count = np.bincount(g.cell, minlength=G)
+            small = np.uint8 if max(G, K) <= 256 else np.int16 if max(G, K) < 2 ** 15 else np.int64  # radix sorts
             # the packing's order: degree falling, then load falling (a sort of the loads, then a stable
             # radix sort of the degree indices; ties in load are equal heights either way)
-            k_seq = tm.heavy_k[g.cell]
             by_load = np.argsort(-load)
-            by_class = by_load[np.argsort(-k_seq[by_load].astype(np.int16), kind="stable")]
+            by_class = by_load[np.argsort((K - 1 - k_seq[by_load]).astype(small), kind="stable")]
             place = np.empty_like(by_class)
             place[by_class] = np.arange(len(by_class))
             # per heavy set (j) how many of its sequences each class holds: classes by falling degree
-            # (the grid's degrees ascend strictly: one class per degree index)
-            used = np.bincount(k_seq, minlength=len(g.degrees))
+            # (the grid's degrees ascend strictly: one class per degree index; one cell per rank)
+            used = np.bincount(tm.heavy_k, weights=count, minlength=K) > 0
             ks = np.flatnonzero(used)[::-1]
-            cls = np.cumsum(used[::-1] > 0)[::-1] - 1  # degree index → its class (falling degree)
-            per = np.bincount(seq_rank * len(ks) + cls[k_seq], minlength=G * len(ks))
-            in_j = np.cumsum(np.concatenate([np.zeros(len(ks), dtype=np.int64), per]).reshape(-1, len(ks)),
-                             axis=0)
+            cls = np.cumsum(used[::-1])[::-1] - 1  # degree index → its class (falling degree)
+            per = np.zeros((G + 1, len(ks)), dtype=np.int64)
+            per[rank + 1, cls[tm.heavy_k]] = count
+            in_j = per.cumsum(axis=0)
             zero = np.zeros(1)
-            by_rank = seq_rank.astype(np.int16) if G < 2 ** 15 else seq_rank  # a radix sort where it fits
             self._cum = (np.concatenate([zero, np.cumsum(tok)]),
                          np.concatenate([zero, np.cumsum((self.count * g.degrees[tm.heavy_k])[order])]
                                         ).astype(np.int64),
                          in_j.tolist(), g.degrees[ks].tolist(), in_j.sum(axis=1).tolist(),
-                         order, np.argsort(by_rank, kind="stable"), place, load[by_class], sized, rw)
+                         order, np.argsort(seq_rank.astype(small), kind="stable"), place, load[by_class], sized,
+                         rw)
         return self._cum
 
     def _heavy_of(self, js: list[int]) -> None:
