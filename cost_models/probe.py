@@ -51,6 +51,7 @@ class OptionTable:
     (r > 1) / inner all-to-alls (u > 1)."""
 
     rows: np.ndarray  # float64 [quantities, options]
+    by_option: np.ndarray  # float64 [options, quantities] (rows.T, C-contiguous: one gather copies an option's row)
     names: tuple[str, ...]
     ring: bool
     a2a: bool
@@ -94,7 +95,8 @@ def option_table(cm: AnalyticCostModel, size: np.ndarray, u: np.ndarray, stage: 
         cols["fixed_f"] = np.broadcast_to(fixed_f, r.shape)
         cols["fixed_b"] = np.broadcast_to(fixed_b, r.shape)
     names = tuple(cols)
-    return OptionTable(np.stack([cols[n] for n in names]) if names else np.zeros((0, len(r))), names, ring, a2a)
+    rows = np.stack([cols[n] for n in names]) if names else np.zeros((0, len(r)))
+    return OptionTable(rows, np.ascontiguousarray(rows.T), names, ring, a2a)
 
 
 def _table(cm: AnalyticCostModel, size: np.ndarray, u: np.ndarray, key_stage: int, stage: int) -> OptionTable:
@@ -123,7 +125,7 @@ def option_stage_totals(cm: AnalyticCostModel, L: np.ndarray, size: np.ndarray, 
         if core is None or not shared:
             c = max(ks) if shared else k
             tab = _table(cm, size, u, -1 if shared else s, s)
-            core = _core(cm, L[:c], tab, dict(zip(tab.names, tab.rows[:, opt[:c]])))
+            core = _core(cm, L[:c], tab, dict(zip(tab.names, np.take(tab.by_option, opt[:c], axis=0).T)))
         part = core if len(core[0]) == k else tuple(x[:k] for x in core)
         out.append(_total(cm, part, s))
     return out
