@@ -364,7 +364,7 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
             if m_l + ch.m_heavy <= num_microbatches:
                 return ch
         return ts.at(1)
-    m_all = max(1, int(np.ceil(lengths.sum() / ts.token_cap)))
+    m_all = max(1, int(np.ceil(ts._tokens / ts.token_cap)))  # the batch tokens, summed once per search
     hi = min(512, span * m_all + 2 * pp)
     resolved: list[_Resolved] = []
     est: list[float] = []

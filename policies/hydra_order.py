@@ -394,21 +394,39 @@ def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) 
     profile × heavy position is one row of a single :func:`makespans` call (the candidate orders differ
     between profiles only in the positions their ramps rule out; which rows each profile keeps depends on
     the counts only, cached)."""
-    if m_light < 3 or p == 1:
-        return np.full(m_light, float(tau))
-    hv = np.asarray(heavy_heights, dtype=np.float64)
-    tau = float(tau)
-    ramps, sel, who, starts = _profile_rows(m_light, hv.size, p)
-    profiles = [[tau] * m_light]
-    for r in range(1, min(p, m_light // 3) + 1):
-        profiles.extend(_ramped_list(m_light, tau, r, a) for a in RAMP_FLOORS)
-    if not hv.size:  # one order (the light ones in turn), one row per profile
-        scores = makespans(np.array(profiles, dtype=np.float64), p)
-    else:
-        head = hv.tolist()
-        P = np.array([head + x for x in profiles], dtype=np.float64)  # [profiles, m]
-        heavy = np.zeros(P.shape[1], dtype=bool)
-        heavy[:hv.size] = True
-        orders, _, _ = _all_orders(P[0], heavy, p)  # the block's order depends on the heavy heights only
-        scores = np.minimum.reduceat(makespans(P[who[:, None], orders[sel]], p), starts)
-    return np.array(profiles[int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))], dtype=np.float64)
+    return height_profiles([(m_light, tau, heavy_heights)], p)[0]
+
+
+def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> list[np.ndarray]:
+    """:func:`height_profile` of each (m_light, τ, heavy heights) of ``requests``, every profile × order of
+    all of them scored in one :func:`makespans_many` sweep (the same values as one call each)."""
+    out: list[np.ndarray | None] = []
+    mats: list[np.ndarray] = []
+    todo: list[tuple[int, list[list[float]], np.ndarray | None]] = []  # (request, profiles, row starts)
+    for q, (m_light, tau, heavy_heights) in enumerate(requests):
+        if m_light < 3 or p == 1:
+            out.append(np.full(m_light, float(tau)))
+            continue
+        out.append(None)
+        hv = np.asarray(heavy_heights, dtype=np.float64)
+        tau = float(tau)
+        profiles = [[tau] * m_light]
+        for r in range(1, min(p, m_light // 3) + 1):
+            profiles.extend(_ramped_list(m_light, tau, r, a) for a in RAMP_FLOORS)
+        if not hv.size:  # one order (the light ones in turn), one row per profile
+            mats.append(np.array(profiles, dtype=np.float64))
+            todo.append((q, profiles, None))
+        else:
+            _, sel, who, starts = _profile_rows(m_light, hv.size, p)
+            head = hv.tolist()
+            P = np.array([head + x for x in profiles], dtype=np.float64)  # [profiles, m]
+            heavy = np.zeros(P.shape[1], dtype=bool)
+            heavy[:hv.size] = True
+            orders, _, _ = _all_orders(P[0], heavy, p)  # the block's order depends on the heavy heights only
+            mats.append(P[who[:, None], orders[sel]])
+            todo.append((q, profiles, starts))
+    for (q, profiles, starts), t in zip(todo, makespans_many(mats, p) if mats else []):
+        scores = t if starts is None else np.minimum.reduceat(t, starts)
+        out[q] = np.array(profiles[int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))],
+                          dtype=np.float64)
+    return out  # type: ignore[return-value]

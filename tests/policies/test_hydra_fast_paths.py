@@ -162,6 +162,24 @@ def test_orders_and_height_profiles_match_the_first_version() -> None:
         assert same(hydra_order.height_profile(m_light, 0.7, hv, p), first.height_profile(m_light, 0.7, hv, p))
 
 
+def test_height_profiles_in_one_sweep_match_the_first_version() -> None:
+    """Several profiles scored in one recurrence sweep (with and without heavy microbatches, flat ones for
+    m < 3 among them) are each the first version's profile."""
+    rng = np.random.default_rng(12)
+    for p in (1, 2, 4, 8):
+        requests = [(2, 0.5, np.zeros(0)), (12, 0.4, np.zeros(0)), (9, 0.3, np.array([1.0, 2.0]))]
+        for _ in range(int(rng.integers(1, 6))):
+            m_light, n_heavy = int(rng.integers(0, 30)), int(rng.integers(0, 4))
+            tau = float(np.round(0.2 + rng.random(), 2))
+            requests.append((m_light, tau, np.round(1.5 + rng.random(n_heavy), 1)))
+        requests = requests[::-1] if p % 4 == 0 else requests
+        got = hydra_order.height_profiles(requests, p)
+        assert len(got) == len(requests)
+        for (m_light, tau, hv), prof in zip(requests, got):
+            assert same(prof, first.height_profile(m_light, tau, hv, p)), (m_light, tau, hv, p)
+    assert hydra_order.height_profiles([], 4) == []
+
+
 @pytest.mark.parametrize("W", [1, 2, 8, 64, 256, 24])
 def test_balance_columns_matches_the_first_version(W: int) -> None:
     """Loads of aligned groups (equal within a group: many exact ties) and of single columns."""
