@@ -30,6 +30,7 @@ the per-microbatch capacities ``microbatch_caps_s``, the budget ``max_tokens_per
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
 import numpy as np
@@ -71,6 +72,18 @@ class _Draft(NamedTuple):
     order: list[int]  # the run order: indices into keys
     choice: TargetChoice
     n_heavy: int
+
+
+# A plan's rank blocks and engines, shared by every plan of the process: both are immutable and depend on two
+# integers only (the blocks of one pool recur in every iteration's plan; bounded: W · log W aligned blocks, at
+# most 2^16 kept)
+_engine = lru_cache(maxsize=1 << 12)(engine_from_ulysses)
+
+
+@lru_cache(maxsize=1 << 16)
+def _block(first: int, size: int) -> tuple[int, ...]:
+    """The ranks first, …, first + size − 1."""
+    return tuple(range(first, first + size))
 
 
 def _heights(keys: list[int], n_mbs: int, mb: np.ndarray, load: np.ndarray) -> np.ndarray:
@@ -309,9 +322,9 @@ class HyDra:
         # (microbatch, first rank) order, cut into microbatches
         c_go = size[go]
         e_key, e_of = np.unique(c_go * (W + 1) + engines[go], return_inverse=True)
-        engine_list = [engine_from_ulysses(k // (W + 1), k % (W + 1)) for k in e_key.tolist()]
+        engine_list = [_engine(k // (W + 1), k % (W + 1)) for k in e_key.tolist()]
         b_key, b_of = np.unique(firsts[go] * (W + 1) + c_go, return_inverse=True)
-        block_list = [tuple(range(k // (W + 1), k // (W + 1) + k % (W + 1))) for k in b_key.tolist()]
+        block_list = [_block(k // (W + 1), k % (W + 1)) for k in b_key.tolist()]
         group = CPGroup.of
         groups = [group(block_list[b], tuple(id_list[starts_at[g]:ends_at[g]]), engine_list[e])
                   for g, b, e in zip(go.tolist(), b_of.tolist(), e_of.tolist())]
