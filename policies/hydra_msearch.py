@@ -64,8 +64,9 @@ class TargetSearch:
 
     Many counts are resolved at once (:meth:`many`): τ(m) for a vector of m is one [m, E] pass over the step
     function, the heavy set at τ is the cells whose threshold exceeds τ (a count: the cells sorted by
-    threshold), and the degrees and groups of every count one [m, G, K] pass; each count's numbers are
-    those :meth:`at` gives it alone."""
+    threshold), each cell's degree at every τ its record under a running count of the records above τ, and
+    the groups of every count one bincount over (count, degree); each count's numbers are those :meth:`at`
+    gives it alone."""
 
     def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray,
                  budget: float, capacity: float | None = None) -> None:
@@ -98,8 +99,8 @@ class TargetSearch:
         self._free_j = np.zeros(G + 1, dtype=np.int64)
 
     def _heavy_prep(self) -> tuple:
-        """What :meth:`_heavy_of` reads, once per search: every sequence at its cell's heavy degree (load alone,
-        size · share) and each cell's rank-work there; running totals over the cells by falling threshold;
+        """What :meth:`_heavy_of` reads, once per search: every sequence at its cell's heavy degree (load
+        alone, size · share) and each cell's rank-work there; running totals over the cells by falling threshold;
         the cells and the sequences each grouped by cell rank (a heavy set of j cells is the first j cells and
         the first ``n_j[j]`` sequences there, put back in ascending order by a sort of those few), and each
         sequence's place in the packing's order. A cell's sequences share its heavy degree (its class)."""
@@ -118,7 +119,8 @@ class TargetSearch:
             seq_rank = rank[g.cell]
             tok = np.bincount(g.cell, weights=self.lengths, minlength=G)[order]
             count = np.bincount(g.cell, minlength=G)
-            small = np.uint8 if max(G, K) <= 256 else np.int16 if max(G, K) < 2 ** 15 else np.int64  # radix sorts
+            big = max(G, K)
+            small = np.uint8 if big <= 256 else np.int16 if big < 2 ** 15 else np.int64  # radix sorts
             # the packing's order: degree falling, then load falling (a sort of the loads, then a stable
             # radix sort of the degree indices; ties in load are equal heights either way)
             by_load = np.argsort(-load)
@@ -138,8 +140,8 @@ class TargetSearch:
                          np.concatenate([zero, np.cumsum((self.count * g.degrees[tm.heavy_k])[order])]
                                         ).astype(np.int64),
                          in_j.tolist(), g.degrees[ks].tolist(), in_j.sum(axis=1).tolist(),
-                         order, np.argsort(seq_rank.astype(small), kind="stable"), place, load[by_class], sized,
-                         rw)
+                         order, np.argsort(seq_rank.astype(small), kind="stable"), place, load[by_class],
+                         sized, rw)
         return self._cum
 
     def _heavy_of(self, js: list[int]) -> None:
@@ -154,7 +156,8 @@ class TargetSearch:
         for j in set(js):
             if self._known[j]:
                 continue
-            tok_cum, size_cum, in_j, class_ranks, n_j, cells, seqs, place, load_c, sized, rw = self._heavy_prep()
+            tok_cum, size_cum, in_j, class_ranks, n_j, cells, seqs, place, load_c, sized, rw = (
+                self._heavy_prep())
             # its sequences in the packing's order, each class one run of them
             classes, lo = [], 0
             for c, n in zip(class_ranks, in_j[j]):
@@ -211,7 +214,8 @@ class TargetSearch:
                 self._records = (wm[down][::-1].copy(), (np.cumsum(first) - 1)[down], starts,
                                  np.concatenate([starts[1:], [len(rows)]]) - 1, cols,
                                  (g.work + g.overhead).ravel().take(at),
-                                 (self.R[:, None] * g.work + self.count[:, None] * g.overhead).ravel().take(at),
+                                 (self.R[:, None] * g.work + self.count[:, None] * g.overhead
+                                  ).ravel().take(at),
                                  self.count[cells], tm.heavy_thr[cells])
         return None if self._records[0] is None else self._records
 
@@ -406,4 +410,5 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
         if t < best_t * (1 - 1e-9):
             best, best_t = i, t
     ch = ts.choice(*at[best])
-    return TargetChoice(ch.tau, ch.level, ch.m_light, ch.m_heavy, ch.heavy_heights, ch.light_tokens, float(best_t))
+    return TargetChoice(ch.tau, ch.level, ch.m_light, ch.m_heavy, ch.heavy_heights, ch.light_tokens,
+                        float(best_t))

@@ -146,9 +146,9 @@ def _fractions(ms: int | tuple[int, ...], p: int, phi: float, merged: bool) -> n
     """φ or 1 − φ of every operation: of :func:`_chain` (one column, m = ``ms``), or ``merged`` of
     :func:`_merged` (columns ``ms``) as a column [ops, 1]; read-only, shared between calls."""
     if merged:
-        out = np.where(_merged(ms, p)[0] == 0, phi, 1.0 - phi)[:, None]  # type: ignore[arg-type]
+        out = np.where(_merged(ms, p)[0] == 0, phi, 1.0 - phi)[:, None]
     else:
-        out = np.array([phi, 1.0 - phi])[_chain(ms, p)[1]]  # type: ignore[arg-type]
+        out = np.array([phi, 1.0 - phi])[_chain(ms, p)[1]]
     out.setflags(write=False)
     return out
 
@@ -425,8 +425,8 @@ def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> li
             orders, _, _ = _all_orders(P[0], heavy, p)  # the block's order depends on the heavy heights only
             mats.append(P[who[:, None], orders[sel]])
             todo.append((q, profiles, starts))
-    for (q, profiles, starts), t in zip(todo, makespans_many(mats, p) if mats else []):
-        scores = t if starts is None else np.minimum.reduceat(t, starts)
-        out[q] = np.array(profiles[int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))],
-                          dtype=np.float64)
+    for (q, cands, first), t in zip(todo, makespans_many(mats, p) if mats else []):
+        scores = t if first is None else np.minimum.reduceat(t, first)
+        best = int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))
+        out[q] = np.array(cands[best], dtype=np.float64)
     return out  # type: ignore[return-value]
