@@ -123,7 +123,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     cut = np.searchsorted(cls_a[by], np.arange(nc + 1)).tolist()
     pairs = list(zip(keys_a[by].tolist(), by.tolist()))
     heaps: list[list[tuple[float, int]]] = [pairs[cut[c]:cut[c + 1]] for c in range(nc)]
-    work_l = work.tolist()
+    work_l = memoryview(work)  # [class, j] → a Python float on demand (no 9 × n list: each is read about once)
     L_l = L.tolist()
     where_l = [-1] * ns
     blocked: list[tuple[float, int]] = []  # (−longest sequence it can take, bin)
@@ -154,7 +154,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
                 if tops[c] < best and not skip >> c & 1:
                     best, bc = tops[c], c
             if bc < 0:  # fits nowhere: a new microbatch, tall enough for it on its first block even if slow
-                k = pk.new_mb((ovh_f + work_l[fc][j]) * pk.slowest(0, cf))
+                k = pk.new_mb((ovh_f + work_l[fc, j]) * pk.slowest(0, cf))
                 f, c_ = pk.free_blocks(k, cf)
                 h = heaps[fc]
                 for fr, cp in zip(f.tolist(), c_.tolist()):
@@ -169,7 +169,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
                 tops[fc] = h[0][0] if h else inf
                 skip = 0
                 continue
-            w = work_l[bc][j]
+            w = work_l[bc, j]
             if best + w > 0.0:  # the roomiest bin of this class cannot take it: none of the class can
                 skip |= 1 << bc
                 continue
@@ -200,7 +200,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
             put(j, tuples[mj])
             continue
         bc = tops.index(best)
-        w = work_l[bc][j]
+        w = work_l[bc, j]
         h = heaps[bc]
         g = h[0][1]
         cs = csz[bc]
@@ -237,10 +237,10 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
             back = back_a.tolist()
             if back:  # some group is over (rare): its sequences leave at their exact work
                 for j, x in zip(other_a.tolist(), exact.tolist()):
-                    work_l[cls_l[where_l[j]]][j] = x
+                    work_l[cls_l[where_l[j]], j] = x
             for j in back:
                 g, c = where_l[j], cls_l[where_l[j]]
-                load_l[g] -= work_l[c][j]
+                load_l[g] -= work_l[c, j]
                 tok_l[g] -= L_l[j] / csz[c]
                 where_l[j] = -1
             for j in back:
