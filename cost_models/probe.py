@@ -15,7 +15,10 @@ operation in the same order on the same operands, without its calls, masks and b
 * a masked term (no ring: r = 1; no Ulysses: u = 1) comes out as 0.0 instead of being masked: the ring's
   r − 1 steps are 0 (0 · a finite non-negative number is 0.0) and an option without all-to-alls gets
   latency and factor 0 (0 + 0 · bytes / bw is 0.0); 0.0 + x is x (no term is ever −0.0), so the sums are the
-  same.
+  same;
+* a factor 2 (or 4) of the model's products is folded into a neighbouring constant: scaling by a power of two
+  is exact in binary floating point (no overflow or subnormal at these magnitudes), so it commutes with every
+  rounding — (2 · x) · y and x · (2 · y) are the same number, and 2 · a + 2 · b is 2 · (a + b).
 
 The numbers are ``group_costs(...).total_s`` bit for bit (tests/cost_models/test_alone_total.py). A MoE model
 (its stages hold different layers; expert GEMMs and EP all-to-alls) takes the model's general path.
@@ -204,9 +207,8 @@ def _core(cm: AnalyticCostModel, L: np.ndarray, tab: OptionTable, g: dict[str, n
     lin_f *= g_num
     lin_f /= g_den
     # attention: attention_fwd_flops (2 · L · L · d · a) / t / size · nl at blocks of L / r, clamped once
-    att = L * 2.0
-    att *= L
-    att *= hd
+    att = L * L
+    att *= 2.0 * hd  # (2 · L · L · d: a factor 2 is exact on either side of a rounding)
     att *= m.heads
     if t != 1:
         att /= t
@@ -227,10 +229,8 @@ def _core(cm: AnalyticCostModel, L: np.ndarray, tab: OptionTable, g: dict[str, n
     cp_f = cp_b = None
     if tab.ring:  # _ring_exposed: steps · max(0, lat + bytes / bw − att / nl / r), bytes 2·kv fwd, 4·kv bwd
         kv = Lr
-        kv *= 2.0
         kv *= g["kvh_u"]
-        kv *= hd
-        kv *= BF16_BYTES
+        kv *= 2.0 * BF16_BYTES * hd  # 2 · (L / r) · (kvh / u) · d · 2 (factors of 2 exact, folded)
         if "sr_k" in g:
             kv *= g["sr_k"]
         lat, bw, steps = g["sr_lat"], g["sr_bw"], g["steps"]
@@ -253,20 +253,19 @@ def _core(cm: AnalyticCostModel, L: np.ndarray, tab: OptionTable, g: dict[str, n
         lat, fac, bw = g["a_lat"], g["a_fac"], g["a_bw"]
         a_k = g.get("a_k")
 
-        def a2a(heads: int) -> np.ndarray:
+        def a2a(heads: int) -> np.ndarray:  # lat + tpr · heads · d · 2 · factor / bw (the 2 folded into d)
             b = tpr * heads
-            b *= hd
-            b *= BF16_BYTES
+            b *= BF16_BYTES * hd
             if a_k is not None:
                 b *= a_k
             b *= fac
             b /= bw
             b += lat
-            b *= 2
             return b
 
         both = a2a(job.heads_per_rank)
         both += a2a(job.kv_heads_per_rank)
+        both *= 2  # (2 · x + 2 · y = 2 · (x + y) exactly)
         if cp_f is None or cp_b is None:
             cp_f = both
             cp_f *= nl
@@ -311,8 +310,7 @@ def _total(cm: AnalyticCostModel, core: tuple, stage: int) -> np.ndarray:
             e_b *= EMBED_BWD_BYTES_PER_HIDDEN
             e_b /= hbm
         if last:  # head_compute_s: the LM head's GEMM at x = max(tpr, 1e-9) (the linear layers' x), the loss
-            gemm_f = tpr * 2.0
-            gemm_f *= job.model.hidden
+            gemm_f = tpr * (2.0 * job.model.hidden)  # (tpr · 2 · h · V, the exact 2 folded into h)
             gemm_f *= job.model.vocab
             logits = tpr * job.model.vocab
             if job.tp != 1:
