@@ -87,7 +87,7 @@ def planning_engines(sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, le
         reps = np.concatenate(pos)
         oc = np.asarray(opt_c, dtype=np.int64)
         ou = np.asarray(opt_u, dtype=np.int64)
-        w = pricer.work(reps, np.repeat(oc, counts), np.repeat(ou, counts))
+        w = pricer.work_at_rows(reps, np.repeat(pricer.option_rows(oc, ou), counts))
         o = pricer.overhead(oc, ou).tolist()
         n_of = np.asarray(counts, dtype=np.int64)
         starts = np.cumsum(n_of) - n_of
@@ -137,16 +137,18 @@ def group_engines(layout: Layout, job: JobSpec, pricer: Pricer, cp_engine: str) 
     # every sequence of those groups priced at each of its group's options, in one call (placement order)
     seq = layout.placed[(U[:, 1] >= 0)[layout.seq_group[layout.placed]]]
     sg = layout.seq_group[seq]
-    cells = U[sg]
+    # (each size's options' memo rows, looked up once: -1 past a size's last option)
+    have = utab >= 0
+    have[utab[:, 1] < 0] = False
+    row_tab = np.full(utab.shape, -1, dtype=np.int64)
+    row_tab[have] = pricer.option_rows(np.broadcast_to(su[:, None], utab.shape)[have], utab[have])
+    cells = row_tab[cls[sg]]
     valid = (cells >= 0).reshape(-1)
-    work = pricer.work(np.repeat(seq, width)[valid], np.repeat(layout.size[sg], width)[valid],
-                       cells.reshape(-1)[valid])
+    work = pricer.work_at_rows(np.repeat(seq, width)[valid], cells.reshape(-1)[valid])
     cell_of = (sg[:, None] * width + np.arange(width)).reshape(-1)[valid]
     # a group's load at each option: its sequences' work summed in placement order, plus the option's overhead
     # (+inf past the group's last option)
     o_tab = np.full(utab.shape, np.inf)
-    have = utab >= 0
-    have[utab[:, 1] < 0] = False
     o_tab[have] = pricer.overhead(np.broadcast_to(su[:, None], utab.shape)[have], utab[have])
     load = np.bincount(cell_of, weights=work, minlength=G * width).reshape(G, width)[gm] + o_tab[cls[gm]]
     # per group the least load; the planning engine where it is within 1e-12 of it (ties), else the first

@@ -329,6 +329,23 @@ class Pricer:
         else:
             rows = self._rows_of(np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64))
             flat = ((rows if rows.shape == (n,) else np.broadcast_to(rows, (n,))) << sh) + li
+        return self._read(flat)
+
+    def option_rows(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
+        """The memo row of each (size, ulysses) pair (int arrays that broadcast together), for
+        :meth:`work_at_rows` (rows are added for pairs not seen yet)."""
+        return self._rows_of(np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64))
+
+    def work_at_rows(self, pos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``work(pos, sizes, ulysses)`` with the options given by their :meth:`option_rows` (one per position):
+        a caller that repeats a few options over many sequences looks them up once."""
+        pos = np.asarray(pos, dtype=np.int64)
+        if len(pos) == 0:
+            return np.zeros(0)
+        return self._read((np.asarray(rows, dtype=np.int64) << self._shift) + self.inv[pos])
+
+    def _read(self, flat: np.ndarray) -> np.ndarray:
+        """The memo's cells ``flat`` (row << shift | length), the missing ones priced first."""
         known = self._known.reshape(-1)  # (views: the memo is C-contiguous)
         priced = known[flat]
         if not priced.all():

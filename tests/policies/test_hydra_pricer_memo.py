@@ -1,6 +1,6 @@
 """HyDra's Pricer memo (policies/hydra_work.py: one [option, distinct length] table found through a (size,
 ulysses) look-up) answers exactly what the work model prices, whatever the order of the requests, the mix of
-options in one request and how far the table grows; build_grid with a pricer (probes reused for their grid
+options in one request and how far the table grows (work_at_rows, the options looked up once, too); build_grid with a pricer (probes reused for their grid
 columns) gives the grid of the reference path without one; and the work model's numbers are those the version
 before the table printed (commit 3188ce2) for the same groups.
 """
@@ -58,6 +58,24 @@ def test_memo_answers_equal_the_work_model_in_any_order(narrow):
         np.testing.assert_array_equal(pricer.overhead(sizes, uly), group_overhead(sizes, uly, cm))
     np.testing.assert_array_equal(pricer.overhead(3, 1), group_overhead(np.array([3]), np.array([1]), cm))
     assert pricer.work(np.zeros(0, dtype=np.int64), 4, 2).shape == (0,)
+
+
+def test_work_at_rows_equals_work_and_the_work_model():
+    # the options looked up once (option_rows) and repeated per sequence give work()'s numbers, which are
+    # sequence_work's; a pair not seen yet gets a row (past the table's first look-up: size 3, 512)
+    lengths, job, cm = _case(300, 256)
+    pricer = Pricer(lengths, cm)
+    rng = np.random.default_rng(8)
+    opts = np.array(OPTIONS + [(512, 8)])
+    for _ in range(5):
+        m = int(rng.integers(1, 200))
+        pos = rng.integers(0, len(lengths), m)
+        pick = rng.integers(0, len(opts), m)
+        rows = pricer.option_rows(opts[:, 0], opts[:, 1])
+        got = pricer.work_at_rows(pos, rows[pick])
+        np.testing.assert_array_equal(got, sequence_work(lengths[pos], opts[pick, 0], opts[pick, 1], cm))
+        np.testing.assert_array_equal(got, pricer.work(pos, opts[pick, 0], opts[pick, 1]))
+    assert pricer.work_at_rows(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)).shape == (0,)
 
 
 @pytest.mark.parametrize("n,w,terms,mode,engine", [
