@@ -41,7 +41,7 @@ from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra_columns import balance_columns
 from dcpsim.policies.hydra_degrees import group_engines, planning_engines, sequence_degrees
-from dcpsim.policies.hydra_order import best_order, candidate_orders, height_profile, makespans
+from dcpsim.policies.hydra_order import best_order, candidate_orders, height_profiles, makespans
 from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_msearch import TargetChoice, TargetSearch, choose_target
 from dcpsim.policies.hydra_target import build_target_model
@@ -190,48 +190,13 @@ class HyDra:
         use_profile = (not first_version) if self.profile is None else self.profile
         candidates = (1 if first_version else 3) if self.m_candidates is None else self.m_candidates
 
-        def build(choice, bound: float | None = None) -> _Draft | None:
-            """The draft of one target choice; None if its groups before the fill already score at least
-            ``bound`` (another draft's score: this one cannot beat it)."""
-            tau = choice.tau
-            k_seq, u_seq, heavy = sequence_degrees(grid, tm, tau, lengths, kmin, pricer)
-            sizes = D[k_seq]
-            u_seq, shares, ovh = planning_engines(sizes, u_seq, heavy, lengths, tau, job, pricer, self.cp_engine)
-            at_fill = np.flatnonzero((sizes == D[0]) & ~heavy)
-            fill = (int(D[0]), int(u_seq[at_fill[0]]) if at_fill.size
-                    else engine_options(int(D[0]), self.cp_engine, job)[0])
-            if fill not in ovh:
-                ovh[fill] = float(pricer.overhead(np.array([fill[0]]), np.array([fill[1]]))[0])
-
-            def fill_work(pos: np.ndarray, size: np.ndarray, u: np.ndarray) -> np.ndarray:
-                return pricer.work(pos, size, u)
-
-            # Light heights ramp at both ends when the 1F1B recurrence says so (flat when groups, not work, set m).
-            profile = (height_profile(choice.m_light, tau, choice.heavy_heights, job.pp)
-                       if use_profile and choice.m_light and choice.level >= tau * (1 - 1e-9) else None)
-            n_profile = 0 if profile is None else len(profile)
-
-            def prune(mb: list[int], load: list[float], caps: list[float], heavy_mbs: int) -> bool:
-                assert bound is not None  # passed to place only with a bound
-                return self._structure_bound(mb, load, caps, heavy_mbs, tau, job.pp, n_profile,
-                                             grid.stage_scale) >= bound
-            layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance,
-                           aligned=self.degrees == "pow2", lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
-                           m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=fill_work,
-                           light_heights=profile, fill_lower=pricer.lower,
-                           fill_estimate=pricer.estimate, prune=None if bound is None else prune)
-            if layout is None:
-                return None
-            keys, order, score = self._order(layout, tau, job.pp, n_profile, grid.stage_scale)
-            return _Draft(score, layout, keys, order, choice, int(heavy.sum()))
-
-        draft = build(choice)
-        assert draft is not None  # no bound: never cut short
+        # The closed-form pick of m misses at times (h100-512-256k seed 0: 85 microbatches, 36 is 8% faster):
+        # place ⌈m/2⌉ and ⌈m/3⌉ too and keep the layout whose own microbatch heights run fastest through the
+        # 1F1B recurrence (which ranks plans as the simulator does on the shipped scenarios; docs/hydra.md §5).
+        # The score needs only the placement: engines and the Plan are made for the winner alone. Their choices
+        # need no draft: all of them first, then every height profile in one recurrence sweep.
+        choices = [choice]
         if self.num_microbatches is None:
-            # The closed-form pick of m misses at times (h100-512-256k seed 0: 85 microbatches, 36 is 8% faster):
-            # place ⌈m/2⌉ and ⌈m/3⌉ too and keep the layout whose own microbatch heights run fastest through the
-            # 1F1B recurrence (which ranks plans as the simulator does on the shipped scenarios; docs/hydra.md §5).
-            # The score needs only the placement: engines and the Plan are made for the winner alone.
             m0 = choice.m_light + choice.m_heavy
             tried = {m0}
             counts = [-(-m0 // d) for d in range(2, candidates + 1)] + [m for m in extra_m if m not in tried]
@@ -243,9 +208,49 @@ class HyDra:
                 if m_got in tried or (m_alt not in extra_m and m_got > m0):  # extra counts may exceed m
                     continue
                 tried.add(m_got)
-                other = build(alt, bound=draft.score * (1 - 1e-9))
-                if other is not None and other.score < draft.score * (1 - 1e-9):
-                    draft = other
+                choices.append(alt)
+        # Light heights ramp at both ends when the 1F1B recurrence says so (flat when groups, not work, set m).
+        ramp = [i for i, c in enumerate(choices) if use_profile and c.m_light and c.level >= c.tau * (1 - 1e-9)]
+        profiles: list[np.ndarray | None] = [None] * len(choices)
+        for i, prof in zip(ramp, height_profiles([(choices[i].m_light, choices[i].tau, choices[i].heavy_heights)
+                                                  for i in ramp], job.pp)):
+            profiles[i] = prof
+
+        def build(choice, profile: np.ndarray | None, bound: float | None = None) -> _Draft | None:
+            """The draft of one target choice with its light heights (None: flat); None if its groups before the
+            fill already score at least ``bound`` (another draft's score: this one cannot beat it)."""
+            tau = choice.tau
+            k_seq, u_seq, heavy = sequence_degrees(grid, tm, tau, lengths, kmin, pricer)
+            sizes = D[k_seq]
+            u_seq, shares, ovh = planning_engines(sizes, u_seq, heavy, lengths, tau, job, pricer, self.cp_engine)
+            at_fill = np.flatnonzero((sizes == D[0]) & ~heavy)
+            fill = (int(D[0]), int(u_seq[at_fill[0]]) if at_fill.size
+                    else engine_options(int(D[0]), self.cp_engine, job)[0])
+            if fill not in ovh:
+                ovh[fill] = float(pricer.overhead(np.array([fill[0]]), np.array([fill[1]]))[0])
+
+            n_profile = 0 if profile is None else len(profile)
+
+            def prune(mb: list[int], load: list[float], caps: list[float], heavy_mbs: int) -> bool:
+                assert bound is not None  # passed to place only with a bound
+                return self._structure_bound(mb, load, caps, heavy_mbs, tau, job.pp, n_profile,
+                                             grid.stage_scale) >= bound
+            layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance,
+                           aligned=self.degrees == "pow2", lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
+                           m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=pricer.work,
+                           light_heights=profile, fill_lower=pricer.lower,
+                           fill_estimate=pricer.estimate, prune=None if bound is None else prune)
+            if layout is None:
+                return None
+            keys, order, score = self._order(layout, tau, job.pp, n_profile, grid.stage_scale)
+            return _Draft(score, layout, keys, order, choice, int(heavy.sum()))
+
+        draft = build(choice, profiles[0])
+        assert draft is not None  # no bound: never cut short
+        for alt, profile in zip(choices[1:], profiles[1:]):
+            other = build(alt, profile, bound=draft.score * (1 - 1e-9))
+            if other is not None and other.score < draft.score * (1 - 1e-9):
+                draft = other
         engines = group_engines(draft.layout, job, pricer, self.cp_engine)
         return self._assemble(W, job.pp, draft, engines, ids, M, grid.stage_scale, columns)
 
