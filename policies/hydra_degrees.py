@@ -92,18 +92,28 @@ def planning_engines(sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, le
         n_of = np.asarray(counts, dtype=np.int64)
         starts = np.cumsum(n_of) - n_of
         sums = np.add.reduceat(w, starts).tolist()
-        best: dict[int, tuple[float, int]] = {}
+        best: dict[int, tuple[float, int, int]] = {}
         t = max(tau, 1e-12)
-        for c, u, s_j, o_j in zip(opt_c, opt_u, sums, o):
+        for j, (c, u, s_j, o_j) in enumerate(zip(opt_c, opt_u, sums, o)):
             q = s_j / t  # (np.ceil's number on floats; max(1.0, nan) is 1.0 as before)
             groups = max(1.0, float(math.ceil(q)) if math.isfinite(q) else q)
             total = s_j + groups * o_j
             if c not in best or total < best[c][0] * (1 - 1e-12):
-                best[c] = (total, u)
-        for c, (_, u) in best.items():
-            u_seq[members[c]] = u
+                best[c] = (total, u, j)
+        start = starts.tolist()
+        shares = np.empty(len(lengths))
+        left = np.ones(len(lengths), dtype=bool)
+        for c, (_, u, j) in best.items():
+            m = members[c]
+            u_seq[m] = u
             keys.add(c * OPTION_KEY + u)
-    shares = pricer.work(np.arange(len(lengths)), sizes, u_seq)
+            shares[m] = w[start[j]:start[j] + counts[j]]  # (the chosen engine's work, priced above)
+            left[m] = False
+        rest_pos = np.flatnonzero(left)
+        if rest_pos.size:  # heavy sequences (and any degree without engines): their own engine's work
+            shares[rest_pos] = pricer.work(rest_pos, sizes[rest_pos], u_seq[rest_pos])
+    else:
+        shares = pricer.work(np.arange(len(lengths)), sizes, u_seq)
     rest = np.flatnonzero(heavy) if len(keys) == len(members) else None  # (None: a degree without options)
     if rest is None:
         pairs = sorted_unique(sizes * OPTION_KEY + u_seq).tolist()

@@ -14,7 +14,7 @@ from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, g
 from dcpsim.policies import hydra as hydra_mod
 from dcpsim.policies.hydra import HyDra
 from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_work import Pricer, allowed_degrees, group_overhead, sequence_work
+from dcpsim.policies.hydra_work import OPTION_KEY, Pricer, allowed_degrees, group_overhead, sequence_work
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
 
@@ -39,6 +39,10 @@ class _ReferencePricer(Pricer):
         n = len(pos)
         return sequence_work(self.lengths[pos], np.broadcast_to(sizes, (n,)), np.broadcast_to(ulysses, (n,)),
                              self.cost_model)
+
+    def work_at_rows(self, pos, rows):  # (the rows' options, priced afresh)
+        keys = self._row_key[np.asarray(rows, dtype=np.int64)]
+        return self.work(pos, keys // OPTION_KEY, keys % OPTION_KEY)
 
     def overhead(self, sizes, ulysses):
         return group_overhead(np.asarray(sizes), np.asarray(ulysses), self.cost_model)
