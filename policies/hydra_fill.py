@@ -192,15 +192,23 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
             where_l[j] = g
             return
 
-    # The common step inline (every class open to the sequence, nothing to unblock, the roomiest top takes it
-    # by load and tokens); anything else goes through put(), which starts over from the same state.
+    # The common step inline: the blocked bins that can take the sequence return (put()'s first step, which
+    # then finds none), every class is open to it and the roomiest top takes it by load and tokens; anything
+    # else goes through put(), which starts over from the same state.
+    rows = [memoryview(work[c]) for c in range(nc)]  # one 1-D view per class (rows of work: C-contiguous)
+    heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
     for j, Lj, Ln, mj in zip(range(ns), L_l, L_next, mask):
+        while blocked and -blocked[0][0] >= Lj:  # put's first step: bins that can take Lj again return
+            g = heappop(blocked)[1]
+            c = cls_l[g]
+            heappush(heaps[c], (load_l[g] - cap_l[g], g))
+            tops[c] = heaps[c][0][0]
         best = min(tops)
-        if mj != every or best >= 1.0 or blocked and -blocked[0][0] >= Lj:
+        if mj != every or best >= 1.0:
             put(j, tuples[mj])
             continue
         bc = tops.index(best)
-        w = work_l[bc, j]
+        w = rows[bc][j]
         h = heaps[bc]
         g = h[0][1]
         cs = csz[bc]
@@ -210,13 +218,14 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
             continue
         load_l[g] += w
         tok_l[g] = tok
-        if tok + Ln / cs > lim:
-            heapq.heappop(h)
-            heapq.heappush(blocked, (-(lim - tok) * cs, g))
-        else:
-            heapq.heapreplace(h, (load_l[g] - cap_l[g], g))
-        tops[bc] = h[0][0] if h else inf
         where_l[j] = g
+        if tok + Ln / cs > lim:
+            heappop(h)
+            heappush(blocked, (-(lim - tok) * cs, g))
+            tops[bc] = h[0][0] if h else inf
+        else:
+            heapreplace(h, (load_l[g] - cap_l[g], g))
+            tops[bc] = h[0][0]
     if fill_estimate is not None and ns:
         # The estimated work in other classes' groups, priced exactly now. The estimate is a chord of the
         # work in log-log, above the work where that is log-log convex (a sum of powers of L: GEMMs,
