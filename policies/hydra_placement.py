@@ -93,19 +93,8 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     # Phase A: the structure.
     big = np.flatnonzero(~heavy & ~is_fill)
     big = big[np.lexsort((order_key[big], -shares[big], -sizes[big]))]
-    for i, c, u, w, t in zip(big.tolist(), sizes[big].tolist(), ulysses[big].tolist(), shares[big].tolist(),
-                             tok[big].tolist()):
-        hit = pk.best_in_class((c, u), w, t, strict=True)
-        if hit is None:
-            k = pk.roomiest_mb(c, pk.overhead[c, u] + w)
-            if k is None:
-                hit = pk.best_in_class((c, u), w, t, strict=False)
-                if hit is None:
-                    k = pk.new_mb()
-            if hit is None:
-                pk.carve(k, c, u, i, w, t)
-                continue
-        pk.add(hit[1], i, w, t)
+    pk.structure(zip(big.tolist(), sizes[big].tolist(), ulysses[big].tolist(), shares[big].tolist(),
+                     tok[big].tolist()))
     # A caller comparing layouts may stop here: prune(group microbatches, group loads, microbatch capacities,
     # heavy microbatches) sees the groups before the fill, which only adds load to them.
     if prune is not None and prune([b.mb for b in pk.bins], [b.load for b in pk.bins], pk.caps, heavy_mbs):
