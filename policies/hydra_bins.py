@@ -130,14 +130,14 @@ class Packer:
                         entries = classes[cls] = []
                     insort(entries, (b.load - b.cap, len(bins) - 1))
                     continue
-            k = self.roomiest_mb(c, ovh + w)
-            if k is None:
+            room = self.roomiest_mb(c, ovh + w)
+            if room is None:
                 hit = self.best_in_class(cls, w, t, strict=False)
                 if hit is not None:
                     self.add(hit[1], i, w, t)
                     continue
-                k = self.new_mb()
-            self.carve(k, c, u, i, w, t)
+                room = self.new_mb()
+            self.carve(room, c, u, i, w, t)
 
     def add(self, gid: int, pos: int, work: float, tokens: float) -> None:
         b = self.bins[gid]

@@ -34,19 +34,22 @@ class Filled(NamedTuple):
     first: np.ndarray  # [B] its first rank
     load: np.ndarray  # [B] its load (s)
     where: np.ndarray  # [n_fill] bin of each fill sequence, in the order of ``small``
+    n_global: int = 0  # fill sequences the global heap placed before the class loop took over (all: none did)
 
 
 def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray, fill: tuple[int, int],
          fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
          fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None,
-         fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None) -> Filled:
+         fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None, *,
+         global_first: bool = True) -> Filled:
     """Phase B: LPT of the fill sequences ``small`` (largest share first) over every bin of phase A and every
     free block of the fill class (module docstring).
 
     Free blocks are bins of zero tokens and the fill class's overhead; those that receive a sequence become
     groups. Each sequence goes to the roomiest bin that takes it (its work at the bin's class, its tokens) over
     the classes it may use; a sequence that fits nowhere opens a microbatch (in ``pk``). Returns every bin's
-    microbatch, first rank and load (phase A's bins first, then the free blocks) and each fill sequence's bin."""
+    microbatch, first rank and load (phase A's bins first, then the free blocks) and each fill sequence's bin.
+    ``global_first=False``: the class loop from the first sequence (the same result; the tests' reference)."""
     cf = fill[0]
     lim = pk.M * (1 + 1e-12)
     bins = pk.bins
@@ -116,14 +119,8 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     load_l, tok_l = load_a.tolist(), tok_a.tolist()
     csz = [float(c) for c, _ in classes]
     nc = len(classes)
-    # each class's bins sorted by (key, bin): a sorted list is a heap, and (key, bin) pairs are unique, so the
-    # heap's tops come in the same order however it is laid out
     keys_a = load_a - cap_a
-    by = np.lexsort((np.arange(len(keys_a)), keys_a, cls_a))
-    cut = np.searchsorted(cls_a[by], np.arange(nc + 1)).tolist()
-    pairs = list(zip(keys_a[by].tolist(), by.tolist()))
-    heaps: list[list[tuple[float, int]]] = [pairs[cut[c]:cut[c + 1]] for c in range(nc)]
-    work_l = memoryview(work)  # [class, j] → a Python float on demand (no 9 × n list: each is read about once)
+    work_l = work.data  # [class, j] → a Python float on demand (no 9 × n list: each is read about once)
     L_l = L.tolist()
     where_l = [-1] * ns
     blocked: list[tuple[float, int]] = []  # (−longest sequence it can take, bin)
@@ -136,13 +133,17 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     tuples = {m: tuple(c for c in range(nc) if m >> c & 1) for m in set(mask)}
 
     inf = float("inf")
-    tops = [h[0][0] if h else inf for h in heaps]  # each class heap's top key (inf: empty), kept in step
+    # each class's heap of (key, bin) and its top key (inf: empty), kept in step (built by class_heaps() from the
+    # global heap below when the class loop takes over)
+    heaps: list[list[tuple[float, int]]] = [[] for _ in range(nc)]
+    tops = [inf] * nc
     L_next = L_l[1:] + [0.0]  # the next sequence's length (fill sequences come longest first)
 
-    def put(j: int, cand: tuple[int, ...]) -> None:
-        """Sequence j into the roomiest bin that takes it among the classes ``cand`` (LPT's step)."""
+    def put(j: int, cand: tuple[int, ...], unblock: bool = True) -> None:
+        """Sequence j into the roomiest bin that takes it among the classes ``cand`` (LPT's step);
+        ``unblock=False``: the blocked bins that can take it have returned already."""
         Lj = L_l[j]
-        while blocked and -blocked[0][0] >= Lj:
+        while unblock and blocked and -blocked[0][0] >= Lj:
             g = heapq.heappop(blocked)[1]
             c = cls_l[g]
             heapq.heappush(heaps[c], (load_l[g] - cap_l[g], g))
@@ -192,12 +193,64 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
             where_l[j] = g
             return
 
-    # The common step inline: the blocked bins that can take the sequence return (put()'s first step, which
-    # then finds none), every class is open to it and the roomiest top takes it by load and tokens; anything
-    # else goes through put(), which starts over from the same state.
-    rows = [memoryview(work[c]) for c in range(nc)]  # one 1-D view per class (rows of work: C-contiguous)
+    work_rows = [work[c].data for c in range(nc)]  # one 1-D view per class (rows of work: C-contiguous)
     heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
-    for j, Lj, Ln, mj in zip(range(ns), L_l, L_next, mask):
+    # Global mode, first: while every class is open to the sequences and the roomiest bin of all takes each
+    # by load, one heap of (key, class, bin) over every class picks what the class tops would (the least
+    # key, then the lowest class, then the lowest bin: one heap step per sequence, no scan of the tops). At
+    # the first sequence that needs more (a class ruled out, a new microbatch) the class heaps are rebuilt
+    # from it, put() places that sequence from the same state and the class loop below takes the rest.
+    gby = np.lexsort((np.arange(len(keys_a)), cls_a, keys_a))
+    G = list(zip(keys_a[gby].tolist(), cls_a[gby].tolist(), gby.tolist()))  # sorted: a heap
+    start = ns if global_first else 0
+    for j, Lj, Ln, mj in zip(range(ns if global_first else 0), L_l, L_next, mask):
+        while blocked and -blocked[0][0] >= Lj:
+            g = heappop(blocked)[1]
+            heappush(G, (load_l[g] - cap_l[g], cls_l[g], g))
+        while mj == every and G:
+            best, bc, g = G[0]
+            w = work_rows[bc][j]
+            if best >= 1.0 or best + w > 0.0:
+                break
+            cs = csz[bc]
+            tok = tok_l[g] + Lj / cs
+            if tok > lim:  # (put: the top that fails only the tokens waits in blocked; the next top)
+                heappop(G)
+                heappush(blocked, (-(lim - tok_l[g]) * cs, g))
+                continue
+            load_l[g] += w
+            tok_l[g] = tok
+            where_l[j] = g
+            if tok + Ln / cs > lim:
+                heappop(G)
+                heappush(blocked, (-(lim - tok) * cs, g))
+            else:
+                heapreplace(G, (load_l[g] - cap_l[g], bc, g))
+            break
+        if where_l[j] < 0:
+            start = j
+            break
+
+    def class_heaps() -> None:
+        """The class heaps and tops of the global heap's entries (sorted: each class's list is a heap, and
+        (key, bin) pairs are unique, so its tops come in the same order however it is laid out)."""
+        for h in heaps:
+            h.clear()
+        for key, c, g in sorted(G):
+            heaps[c].append((key, g))
+        tops[:] = [h[0][0] if h else inf for h in heaps]
+
+    n_global = start
+    if start < ns:
+        class_heaps()
+        G.clear()
+        if global_first:
+            put(start, tuples[mask[start]], unblock=False)
+            start += 1
+    # The class loop, its common step inline: the blocked bins that can take the sequence return (put()'s
+    # first step, which then finds none), every class is open to it and the roomiest top takes it by load and
+    # tokens; anything else goes through put(), which starts over from the same state.
+    for j, Lj, Ln, mj in zip(range(start, ns), L_l[start:], L_next[start:], mask[start:]):
         while blocked and -blocked[0][0] >= Lj:  # put's first step: bins that can take Lj again return
             g = heappop(blocked)[1]
             c = cls_l[g]
@@ -208,7 +261,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
             put(j, tuples[mj])
             continue
         bc = tops.index(best)
-        w = rows[bc][j]
+        w = work_rows[bc][j]
         h = heaps[bc]
         g = h[0][1]
         cs = csz[bc]
@@ -252,7 +305,10 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
                 load_l[g] -= work_l[c, j]
                 tok_l[g] -= L_l[j] / csz[c]
                 where_l[j] = -1
+            if back and G:  # (still in global mode: the class heaps first)
+                class_heaps()
+                G.clear()
             for j in back:
                 put(j, (fc,))
     return Filled(np.asarray(mb_l, dtype=np.int64), np.asarray(first_l, dtype=np.int64),
-                  np.asarray(load_l, dtype=np.float64), np.asarray(where_l, dtype=np.int64))
+                  np.asarray(load_l, dtype=np.float64), np.asarray(where_l, dtype=np.int64), n_global)
