@@ -97,14 +97,14 @@ class Packer:
 
     def structure(self, items: Iterable[tuple[int, int, int, float, float]]) -> None:
         """Phase A of :func:`policies.hydra_placement.place`: each (position, size, u, work, tokens) in turn
-        joins the roomiest group of its class within τ (or h), else carves a new group from the microbatch with
-        the most free ranks (:meth:`roomiest_mb`), else joins a group within the tolerance, else opens a
-        microbatch. The common step — the class's roomiest group cannot take it within τ and the microbatch
-        first by free ranks can carve it — runs inline: the same steps as :meth:`best_in_class`'s first test,
-        :meth:`roomiest_mb`'s first entry and :meth:`carve` (about a third of phase A's time at the benchmark's
-        n = 2,048, W = 256 cell is the calls)."""
+        joins the roomiest group of its class within τ (or h: :meth:`best_in_class`, strict), else carves a new
+        group from the microbatch with the most free ranks that can carve it and whose height holds its load
+        (short microbatches of a height profile are passed over: at most ``PROBES`` + 2 · their number are
+        looked at), else joins a group within the tolerance, else opens a microbatch. The join test's first
+        step and the carving run inline (:meth:`carve`'s steps, the free-list entry already found)."""
         classes, bins, overhead, cursor, free = self.classes, self.bins, self.overhead, self.cursor, self.free
         W, aligned, div, fast = self.W, self.aligned, 1.0 + self.tol, self.slow is None
+        short, limit = self.short, PROBES + 2 * self.short
         for i, c, u, w, t in items:
             cls = (c, u)
             entries = classes.get(cls)
@@ -115,29 +115,34 @@ class Packer:
                     if hit is not None:
                         self.add(hit[1], i, w, t)
                         continue
-            ovh = overhead[cls]
-            if free and fast:
-                nf, ncap, k = free[0]  # (−free ranks, −capacity, microbatch)
+            load = overhead[cls] + w
+            at = -1  # the free-list entry of the microbatch to carve from
+            for n, (nf, ncap, k) in enumerate(free):  # (−free ranks, −capacity, microbatch)
+                if n >= limit or -nf < c:
+                    break
                 c0 = cursor[k]
                 if (W - c0 >= c and not (aligned and c0 % c)
-                        and (not self.short or ovh + w <= -ncap / div * (1 + 1e-12))):
-                    b = Bin(k, c0, c, u, -ncap, ovh + w, 0.0 + t, [i])  # carve(k, c, u, i, w, t), inline
-                    del free[0]
-                    insort(free, (c + nf, ncap, k))
-                    cursor[k] = c0 + c
-                    bins.append(b)
-                    if entries is None:
-                        entries = classes[cls] = []
-                    insort(entries, (b.load - b.cap, len(bins) - 1))
-                    continue
-            room = self.roomiest_mb(c, ovh + w)
-            if room is None:
+                        and (not short or load <= -ncap / div * (1 + 1e-12))):
+                    at = n
+                    break
+            if at < 0:
                 hit = self.best_in_class(cls, w, t, strict=False)
                 if hit is not None:
                     self.add(hit[1], i, w, t)
                     continue
-                room = self.new_mb()
-            self.carve(room, c, u, i, w, t)
+                self.carve(self.new_mb(), c, u, i, w, t)
+                continue
+            if not fast:  # (stragglers: the block's capacity by its slowest rank)
+                self.carve(k, c, u, i, w, t)
+                continue
+            b = Bin(k, c0, c, u, -ncap, load, 0.0 + t, [i])  # carve(k, c, u, i, w, t) at entry ``at``
+            del free[at]
+            insort(free, (c + nf, ncap, k))
+            cursor[k] = c0 + c
+            bins.append(b)
+            if entries is None:
+                entries = classes[cls] = []
+            insort(entries, (b.load - b.cap, len(bins) - 1))
 
     def add(self, gid: int, pos: int, work: float, tokens: float) -> None:
         b = self.bins[gid]
@@ -147,21 +152,6 @@ class Packer:
         b.load += work
         b.tokens += tokens
         insort(entries, (b.load - b.cap, gid))
-
-    def roomiest_mb(self, size: int, load: float = 0.0) -> int | None:
-        """The microbatch with the most free ranks that can carve ``size`` and whose height (capacity without
-        the tolerance) holds ``load`` (short microbatches of a height profile are passed over: at most
-        ``PROBES`` + 2 · their number are looked at)."""
-        limit = PROBES + 2 * self.short
-        W, aligned, cursor, short = self.W, self.aligned, self.cursor, self.short
-        for n, (nf, _ncap, k) in enumerate(self.free):
-            if n >= limit or -nf < size:
-                return None
-            c = cursor[k]  # (fits_block, inline)
-            if W - c >= size and (not aligned or c % size == 0) and (
-                    not short or load <= self.caps[k] / (1.0 + self.tol) * (1 + 1e-12)):
-                return k
-        return None
 
     def best_in_class(self, cls: tuple[int, int], work: float, tokens: float,
                       strict: bool) -> tuple[float, int] | None:
