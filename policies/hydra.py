@@ -86,6 +86,12 @@ def _block(first: int, size: int) -> tuple[int, ...]:
     return tuple(range(first, first + size))
 
 
+def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for integer keys in [0, bound): a radix sort on 16-bit keys when they
+    fit (the same permutation: a stable sort's is unique)."""
+    return np.argsort(keys.astype(np.int16) if bound <= 1 << 15 else keys, kind="stable")
+
+
 def _heights(keys: list[int], n_mbs: int, mb: np.ndarray, load: np.ndarray) -> np.ndarray:
     """Each run slot's height: the largest load of the groups (microbatch ``mb``, load ``load``) in microbatch
     ``keys[slot]`` (0 where it has none); ``n_mbs`` microbatches in all."""
@@ -317,12 +323,12 @@ class HyDra:
         # each group's first rank after the mirroring: the least of its block's new positions, one reduceat
         firsts = np.minimum.reduceat(pos.reshape(-1)[idx], offsets) if len(size) else np.zeros(0, dtype=np.int64)
         # the groups' sequence ids in placement order, and the groups by microbatch, then first rank
-        by_group = layout.placed[np.argsort(layout.seq_group[layout.placed], kind="stable")]
+        by_group = layout.placed[_stable_order(layout.seq_group[layout.placed], len(size))]
         count = np.bincount(layout.seq_group, minlength=len(size))
         ends_at = np.cumsum(count).tolist()
         id_list = ids[by_group].tolist()
         starts_at = [0] + ends_at[:-1]
-        go = np.lexsort((firsts, rows))
+        go = _stable_order(rows * W + firsts, len(keys) * W)  # (microbatch, first rank): distinct
         # each distinct engine and rank block once (blocks repeat across microbatches), then the groups in
         # (microbatch, first rank) order, cut into microbatches
         c_go = size[go]
