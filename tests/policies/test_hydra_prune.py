@@ -1,5 +1,6 @@
-"""HyDra stops placing a later microbatch-count candidate once its groups before the fill already score at least
-the best draft's (HyDra._structure_bound): the fill only adds load, so that candidate cannot win. The bound must
+"""HyDra stops placing a later microbatch-count candidate once its groups so far (halfway through phase A, or
+before the fill) already score at least the best draft's (HyDra._structure_bound): the rest of the placement
+only adds load, so that candidate cannot win. The bound must
 never exceed the score of the finished layout, and pruning must never change a plan."""
 
 from __future__ import annotations
@@ -34,19 +35,19 @@ def _groups(plan) -> list:
 @pytest.mark.parametrize("n,w,pp,seed", CASES)
 def test_the_bound_never_exceeds_the_finished_layouts_score(n: int, w: int, pp: int, seed: int,
                                                             monkeypatch) -> None:
-    """Every candidate placed after the first: its bound (before the fill) ≤ its score (after), with the prune
-    switched off so that every candidate is finished."""
+    """Every candidate placed after the first: its bounds (halfway through phase A and before the fill) ≤ its
+    score (after), with the prune switched off so that every candidate is finished."""
     batch, job, cm = _case(n, w, pp, seed)
-    placed: list[float | None] = []  # per placement: its bound (None: the first candidate of a pass, unbounded)
+    placed: list[list[float]] = []  # per placement: its bounds (none: the first candidate of a pass, unbounded)
     scores: list[float] = []
     place, order, bound = hydra_placement.place, hydra.HyDra._order, hydra.HyDra._structure_bound
 
     def spy_place(**kw):
-        placed.append(None)
+        placed.append([])
         return place(**kw)
 
     def spy_bound(self, *a, **k):
-        placed[-1] = bound(self, *a, **k)
+        placed[-1].append(bound(self, *a, **k))
         return -np.inf  # never prune: finish the layout
 
     def spy_order(self, layout, *a, **k):
@@ -58,9 +59,10 @@ def test_the_bound_never_exceeds_the_finished_layouts_score(n: int, w: int, pp: 
     monkeypatch.setattr(hydra.HyDra, "_structure_bound", spy_bound)
     monkeypatch.setattr(hydra.HyDra, "_order", spy_order)
     create_policy("hydra").plan(batch, job, cm)
-    assert len(placed) == len(scores) and any(b is not None for b in placed)
-    for b, s in zip(placed, scores):
-        if b is not None:
+    assert len(placed) == len(scores) and any(len(b) == 2 for b in placed)  # (halfway, then the end)
+    for bounds, s in zip(placed, scores):
+        assert bounds == sorted(bounds)  # the groups only grow
+        for b in bounds:
             assert b <= s * (1 + 1e-12), (b, s)
 
 
