@@ -67,7 +67,7 @@ class Engine:
         return Engine.for_size(text, size)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CPGroup:
     """Ranks of one CP group (in ring order), the sequences it processes (placement order), its engine."""
 
@@ -82,12 +82,20 @@ class CPGroup:
     @classmethod
     def of(cls, ranks: tuple[int, ...], seq_ids: tuple[int, ...], engine: Engine) -> CPGroup:
         """``CPGroup(ranks, seq_ids, engine)`` without the frozen dataclass's three ``object.__setattr__`` calls
-        (about 4× faster; policies that build thousands of groups per plan use it). The same object: a
-        CPGroup has no checks of its own to skip (the plan validator checks plans)."""
+        (its slots written through their descriptors: about 3× faster; policies that build thousands of groups
+        per plan use it). The same object: a CPGroup has no checks of its own to skip (the plan validator
+        checks plans)."""
         group = object.__new__(cls)
-        fields = group.__dict__
-        fields["ranks"], fields["seq_ids"], fields["engine"] = ranks, seq_ids, engine
+        _SET_RANKS(group, ranks)
+        _SET_SEQ_IDS(group, seq_ids)
+        _SET_ENGINE(group, engine)
         return group
+
+
+# the slots' own setters (a frozen dataclass's __setattr__ refuses every write)
+_SET_RANKS = CPGroup.__dict__["ranks"].__set__
+_SET_SEQ_IDS = CPGroup.__dict__["seq_ids"].__set__
+_SET_ENGINE = CPGroup.__dict__["engine"].__set__
 
 
 @dataclass(frozen=True)
