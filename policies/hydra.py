@@ -40,7 +40,7 @@ from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra_columns import balance_columns
-from dcpsim.policies.hydra_degrees import group_engines, planning_engines, sequence_degrees
+from dcpsim.policies.hydra_degrees import group_engines, planning_engines_many, sequence_degrees_many
 from dcpsim.policies.hydra_order import best_order, candidate_orders, height_profiles, makespans
 from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_msearch import TargetChoice, TargetSearch, choose_target
@@ -222,13 +222,20 @@ class HyDra:
                                                   for i in ramp], job.pp)):
             profiles[i] = prof
 
-        def build(choice, profile: np.ndarray | None, bound: float | None = None) -> _Draft | None:
-            """The draft of one target choice with its light heights (None: flat); None if its groups before the
-            fill already score at least ``bound`` (another draft's score: this one cannot beat it)."""
+        # Every choice's degrees and planning engines (each choice is placed below, in full or until cut off),
+        # what they price priced together: one cost-model call for all degrees, one for all engines.
+        degrees = sequence_degrees_many(grid, tm, [c.tau for c in choices], lengths, kmin, pricer)
+        engines_of = planning_engines_many([(D[k], u, heavy, c.tau) for (k, u, heavy), c in zip(degrees, choices)],
+                                           lengths, job, pricer, self.cp_engine)
+
+        def build(i: int, profile: np.ndarray | None, bound: float | None = None) -> _Draft | None:
+            """The draft of choice i with its light heights (None: flat); None if its groups before the fill
+            already score at least ``bound`` (another draft's score: this one cannot beat it)."""
+            choice = choices[i]
             tau = choice.tau
-            k_seq, u_seq, heavy = sequence_degrees(grid, tm, tau, lengths, kmin, pricer)
-            sizes = D[k_seq]
-            u_seq, shares, ovh = planning_engines(sizes, u_seq, heavy, lengths, tau, job, pricer, self.cp_engine)
+            heavy = degrees[i][2]
+            sizes = D[degrees[i][0]]
+            u_seq, shares, ovh = engines_of[i]
             at_fill = np.flatnonzero((sizes == D[0]) & ~heavy)
             fill = (int(D[0]), int(u_seq[at_fill[0]]) if at_fill.size
                     else engine_options(int(D[0]), self.cp_engine, job)[0])
@@ -251,10 +258,10 @@ class HyDra:
             keys, order, score = self._order(layout, tau, job.pp, n_profile, grid.stage_scale)
             return _Draft(score, layout, keys, order, choice, int(heavy.sum()))
 
-        draft = build(choice, profiles[0])
+        draft = build(0, profiles[0])
         assert draft is not None  # no bound: never cut short
-        for alt, profile in zip(choices[1:], profiles[1:]):
-            other = build(alt, profile, bound=draft.score * (1 - 1e-9))
+        for i in range(1, len(choices)):
+            other = build(i, profiles[i], bound=draft.score * (1 - 1e-9))
             if other is not None and other.score < draft.score * (1 - 1e-9):
                 draft = other
         engines = group_engines(draft.layout, job, pricer, self.cp_engine)

@@ -19,7 +19,7 @@ from dcpsim.policies.hydra_target import cell_degrees
 from dcpsim.policies.hydra_options import engine_option_tuple
 from dcpsim.policies.hydra_work import OPTION_KEY, Pricer, sorted_unique
 
-__all__ = ["group_engines", "planning_engines", "sequence_degrees"]
+__all__ = ["group_engines", "planning_engines", "planning_engines_many", "sequence_degrees", "sequence_degrees_many"]
 
 
 def sequence_degrees(grid, tm, tau: float, lengths: np.ndarray, kmin: np.ndarray, pricer: Pricer):
@@ -29,6 +29,22 @@ def sequence_degrees(grid, tm, tau: float, lengths: np.ndarray, kmin: np.ndarray
     the point below bounds the degree from underneath, and where the two differ the lower one is priced
     exactly and kept if the sequence's load alone meets τ. Sequences the grid calls heavy are priced at
     every degree and get the smallest one that meets τ, or the one with the smallest load."""
+    return _degrees_priced(_degrees_unpriced(grid, tm, tau, kmin), grid, tau, len(lengths), pricer)
+
+
+def sequence_degrees_many(grid, tm, taus: list[float], lengths: np.ndarray, kmin: np.ndarray, pricer: Pricer):
+    """:func:`sequence_degrees` at every τ of ``taus``, what they price priced in one call (the same numbers:
+    the pricer's memo prices each cell elementwise, whatever else a call holds)."""
+    plans = [_degrees_unpriced(grid, tm, tau, kmin) for tau in taus]
+    cells = [c for p in plans for c in p[-1]]
+    if len(cells) > 1:
+        pricer.work(np.concatenate([c[0] for c in cells]), np.concatenate([c[1] for c in cells]),
+                    np.concatenate([c[2] for c in cells]))
+    return [_degrees_priced(p, grid, tau, len(lengths), pricer) for p, tau in zip(plans, taus)]
+
+
+def _degrees_unpriced(grid, tm, tau: float, kmin: np.ndarray) -> tuple:
+    """The part of :func:`sequence_degrees` before pricing, and the cells it prices: (positions, sizes, u)."""
     D = grid.degrees
     k_cell, heavy_cell = cell_degrees(grid, tm, tau)
     cell = grid.cell
@@ -37,18 +53,35 @@ def sequence_degrees(grid, tm, tau: float, lengths: np.ndarray, kmin: np.ndarray
     below = np.maximum(cell - 1, 0)
     lower = np.maximum(k_cell[below], kmin)
     try_low = np.flatnonzero((lower < k) & ~heavy_cell[cell])
+    kl = ul = None
+    cells = []
     if try_low.size:
         kl, ul = lower[try_low], grid.ulysses[below[try_low], lower[try_low]]
-        w = pricer.work(try_low, D[kl], ul) + grid.overhead[below[try_low], kl]
-        ok = w <= tau
-        k[try_low[ok]], u[try_low[ok]] = kl[ok], ul[ok]
+        cells.append((try_low, D[kl], ul))
     hv = np.flatnonzero(heavy_cell[cell])
-    heavy = np.zeros(len(lengths), dtype=bool)
+    rep = None
     if hv.size:
         K = len(D)
         rep_k = np.tile(np.arange(K), hv.size)
         rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
         ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)  # memory allows: priced
+        rep = (rep_k, rep_u, ok)
+        cells.append((np.repeat(hv, K)[ok], D[rep_k[ok]], rep_u[ok]))
+    return k, u, below, try_low, kl, ul, hv, rep, cells
+
+
+def _degrees_priced(plan: tuple, grid, tau: float, n: int, pricer: Pricer):
+    """:func:`sequence_degrees` from its unpriced part."""
+    k, u, below, try_low, kl, ul, hv, rep, _ = plan
+    D = grid.degrees
+    if try_low.size:
+        w = pricer.work(try_low, D[kl], ul) + grid.overhead[below[try_low], kl]
+        ok = w <= tau
+        k[try_low[ok]], u[try_low[ok]] = kl[ok], ul[ok]
+    heavy = np.zeros(n, dtype=bool)
+    if hv.size:
+        K = len(D)
+        rep_k, rep_u, ok = rep
         flat = np.full(hv.size * K, np.inf)
         flat[ok] = (pricer.work(np.repeat(hv, K)[ok], D[rep_k[ok]], rep_u[ok])
                     + pricer.overhead(D[rep_k[ok]], rep_u[ok]))
@@ -65,7 +98,36 @@ def planning_engines(sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, le
     """Sequences of one degree share groups, so they share an engine: per degree, the option with the
     least total priced load over the (non-heavy) sequences of that degree. Heavy sequences, alone in
     their groups, keep their own best. Returns engines, exact shares and group overheads by (c, u)."""
-    u_seq = u_seq.copy()
+    return _engines_priced(_engines_unpriced(sizes, heavy, job, cp_engine), sizes, u_seq, heavy, lengths, tau,
+                           pricer)
+
+
+def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec, pricer: Pricer, cp_engine: str):
+    """:func:`planning_engines` of every (sizes, u_seq, heavy, tau) in ``items``, what they price priced in one
+    call (the same numbers: the pricer's memo prices each cell elementwise)."""
+    plans = [_engines_unpriced(sizes, heavy, job, cp_engine) for sizes, _, heavy, _ in items]
+    pos, rows = [], []
+    for (members, reps, opt_c, opt_u, counts), (sizes, u_seq, heavy, _) in zip(plans, items):
+        if opt_c:
+            pos.append(reps)
+            rows.append(np.repeat(pricer.option_rows(np.asarray(opt_c, dtype=np.int64),
+                                                     np.asarray(opt_u, dtype=np.int64)), counts))
+        rest = np.ones(len(lengths), dtype=bool)  # (what no engine choice covers: priced at its own engine)
+        for m in members.values():
+            rest[m] = False
+        r = np.flatnonzero(rest)
+        if r.size:
+            pos.append(r)
+            rows.append(pricer.option_rows(sizes[r], u_seq[r]))
+    if len(pos) > 1:
+        pricer.work_at_rows(np.concatenate(pos), np.concatenate(rows))
+    return [_engines_priced(p, sizes, u_seq, heavy, lengths, tau, pricer)
+            for p, (sizes, u_seq, heavy, tau) in zip(plans, items)]
+
+
+def _engines_unpriced(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_engine: str) -> tuple:
+    """The part of :func:`planning_engines` before pricing: the light sequences of each degree, and every
+    (degree, engine) option's sequences in one array with the options and their counts."""
     light = np.flatnonzero(~heavy)
     sl = sizes[light]
     if len(sl) and int(sl.max()) < 1 << 15:  # (a stable sort of 16-bit keys is a radix sort: the same order)
@@ -82,9 +144,16 @@ def planning_engines(sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, le
             opt_c.append(c)
             opt_u.append(u)
             counts.append(len(m))
+    return members, np.concatenate(pos) if pos else None, opt_c, opt_u, counts
+
+
+def _engines_priced(plan: tuple, sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, lengths: np.ndarray,
+                    tau: float, pricer: Pricer):
+    """:func:`planning_engines` from its unpriced part."""
+    members, reps, opt_c, opt_u, counts = plan
+    u_seq = u_seq.copy()
     keys: set[int] = set()  # the (size, u) pairs the sequences end up with
     if opt_c:
-        reps = np.concatenate(pos)
         oc = np.asarray(opt_c, dtype=np.int64)
         ou = np.asarray(opt_u, dtype=np.int64)
         w = pricer.work_at_rows(reps, np.repeat(pricer.option_rows(oc, ou), counts))
