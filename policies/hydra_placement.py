@@ -112,7 +112,9 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     nb0 = len(bins)
     filled = fill_phase(pk, small, lengths, shares, fill, fill_work, fill_lower, fill_estimate)
     where = filled.where
-    used = np.unique(where[where >= nb0])
+    took = np.zeros(len(filled.mb), dtype=bool)  # the free blocks that took a sequence, ascending
+    took[where] = True
+    used = np.flatnonzero(took[nb0:]) + nb0
     gid = np.full(len(filled.mb), -1, dtype=np.int64)
     gid[:nb0] = np.arange(nb0)
     gid[used] = nb0 + np.arange(len(used))
