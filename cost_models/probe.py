@@ -64,7 +64,7 @@ def option_table(cm: AnalyticCostModel, size: np.ndarray, u: np.ndarray, stage: 
     """The option table of groups of ``size`` ranks (int64) with inner Ulysses ``u`` (int64), contiguous from pool
     rank 0, at ``stage`` (its crossings). Each quantity is computed as the model computes it per sequence (the
     same operands: per option instead of per sequence)."""
-    job, cal = cm.job, cm.cal
+    job = cm.job
     ring_x, inner_x = cm._crossings(stage, size, u, np.zeros(len(size), dtype=np.int64))
     size_f, u_f = size.astype(np.float64), u.astype(np.float64)
     r = size_f / u_f
@@ -122,16 +122,10 @@ def option_stage_totals(cm: AnalyticCostModel, L: np.ndarray, size: np.ndarray, 
     (:func:`_moe_stage_totals`)."""
     if cm.job.model.is_moe:
         return _moe_stage_totals(cm, L, size, u, opt, stages, ks)
-    core: tuple | None = None
-    out = []
-    for s, k in zip(stages, ks):
-        if core is None or not shared:
-            c = max(ks) if shared else k
-            tab = _table(cm, size, u, -1 if shared else s, s)
-            core = _core(cm, L[:c], tab, dict(zip(tab.names, np.take(tab.by_option, opt[:c], axis=0).T)))
-        part = core if len(core[0]) == k else tuple(x[:k] for x in core)
-        out.append(_total(cm, part, s))
-    return out
+    return _per_stage(cm, size, u, stages, ks, shared,
+                      lambda tab, c: _core(cm, L[:c], tab,
+                                           dict(zip(tab.names, np.take(tab.by_option, opt[:c], axis=0).T))),
+                      lambda core, k: core if len(core[0]) == k else tuple(x[:k] for x in core))
 
 
 def option_block_totals(cm: AnalyticCostModel, L: np.ndarray, size: np.ndarray, u: np.ndarray,
@@ -143,15 +137,22 @@ def option_block_totals(cm: AnalyticCostModel, L: np.ndarray, size: np.ndarray, 
         n, c = len(size), len(L)
         flat = _moe_stage_totals(cm, np.tile(L, n), size, u, np.repeat(np.arange(n), c), stages, [n * c] * len(ks))
         return [row.reshape(n, c)[:, :k] for row, k in zip(flat, ks)]
+    return _per_stage(cm, size, u, stages, ks, shared,
+                      lambda tab, c: _core(cm, L[None, :c], tab,
+                                           {n: row[:, None] for n, row in zip(tab.names, tab.rows)}),
+                      lambda core, k: core if core[0].shape[1] == k else tuple(x[:, :k] for x in core))
+
+
+def _per_stage(cm: AnalyticCostModel, size: np.ndarray, u: np.ndarray, stages: tuple[int, ...], ks: list[int],
+               shared: bool, core_of, first) -> list[np.ndarray]:
+    """The totals at every stage of ``stages``: ``core_of(option table, count)`` the shared part (once when
+    ``shared``, else per stage, on that stage's table), ``first(core, k)`` its first ``k`` sequences."""
     core: tuple | None = None
     out = []
     for s, k in zip(stages, ks):
         if core is None or not shared:
-            c = max(ks) if shared else k
-            tab = _table(cm, size, u, -1 if shared else s, s)
-            core = _core(cm, L[None, :c], tab, {n: row[:, None] for n, row in zip(tab.names, tab.rows)})
-        part = core if core[0].shape[1] == k else tuple(x[:, :k] for x in core)
-        out.append(_total(cm, part, s))
+            core = core_of(_table(cm, size, u, -1 if shared else s, s), max(ks) if shared else k)
+        out.append(_total(cm, first(core, k), s))
     return out
 
 
