@@ -2,10 +2,12 @@
 
 Sequences of the smallest degree, largest share first (LPT): every free block of the fill class in every
 microbatch is a bin of the fill class's overhead and no tokens, next to phase A's bins
-(:mod:`policies.hydra_bins`). Bins sit in one max-heap of room per class (each bin in exactly one heap: an update
-is one ``heapreplace``, no entry goes stale); each sequence takes the roomiest top over the classes it may use
-(its work re-priced at that class's size and engine: a short document may ride in the spare capacity of a long
-sequence's group), provided load and tokens fit. A top that fails only the token check waits in a heap keyed by
+(:mod:`policies.hydra_bins`). Each sequence takes the roomiest bin over the classes it may use (its work
+re-priced at that class's size and engine: a short document may ride in the spare capacity of a long sequence's
+group), provided load and tokens fit. The bins sit first in one heap of room over every class (global mode: the
+same pick, one heap step per sequence) and, from the first sequence that needs more (a class ruled out for it, a
+class to pass over, a new microbatch), in one max-heap of room per class (each bin in exactly one heap: an
+update is one ``heapreplace``, no entry goes stale). A top that fails only the token check waits in a heap keyed by
 the longest sequence it can still take and returns when a short enough one comes (a bin that the next sequence
 could not join by tokens goes there as soon as it takes a sequence); a sequence that fits nowhere opens a
 microbatch. Other classes are ranked by the grid's power-law estimate of the work (no pricing per candidate)
