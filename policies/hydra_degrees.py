@@ -1,10 +1,12 @@
 """HyDra's degrees and engines (steps 3–5 of :mod:`policies.hydra`): what each sequence and group runs at.
 
-- :func:`sequence_degrees`: every sequence's degree at target τ (the smallest allowed one whose load alone meets
-  τ, exactly re-priced where the grid's cell is ambiguous) and its heavy flag.
-- :func:`planning_engines`: one planning engine per degree (sequences of one degree share groups), the exact
-  shares and the group overheads placement uses.
+- :func:`sequence_degrees_many`: every sequence's degree at each target τ (the smallest allowed one whose load
+  alone meets τ, exactly re-priced where the grid's cell is ambiguous) and its heavy flag.
+- :func:`planning_engines_many`: one planning engine per degree (sequences of one degree share groups), the
+  exact shares and the group overheads placement uses.
 - :func:`group_engines`: after placement, each group's Ulysses × ring split with the least priced load.
+
+The first two take every microbatch-count candidate at once and price what they all need in one cost-model call.
 """
 
 from __future__ import annotations
@@ -19,22 +21,18 @@ from dcpsim.policies.hydra_target import cell_degrees
 from dcpsim.policies.hydra_options import engine_option_tuple
 from dcpsim.policies.hydra_work import OPTION_KEY, Pricer, sorted_unique
 
-__all__ = ["group_engines", "planning_engines", "planning_engines_many", "sequence_degrees", "sequence_degrees_many"]
+__all__ = ["group_engines", "planning_engines_many", "sequence_degrees_many"]
 
 
-def sequence_degrees(grid, tm, tau: float, lengths: np.ndarray, kmin: np.ndarray, pricer: Pricer):
-    """Degree index, engine and heavy flag of every sequence at target τ.
+def sequence_degrees_many(grid, tm, taus: list[float], lengths: np.ndarray, kmin: np.ndarray, pricer: Pricer):
+    """Degree index, engine and heavy flag of every sequence at each target τ of ``taus``.
 
     The grid gives each sequence the degree of the grid point at or above its length (enough for it);
     the point below bounds the degree from underneath, and where the two differ the lower one is priced
     exactly and kept if the sequence's load alone meets τ. Sequences the grid calls heavy are priced at
-    every degree and get the smallest one that meets τ, or the one with the smallest load."""
-    return _degrees_priced(_degrees_unpriced(grid, tm, tau, kmin), grid, tau, len(lengths), pricer)
-
-
-def sequence_degrees_many(grid, tm, taus: list[float], lengths: np.ndarray, kmin: np.ndarray, pricer: Pricer):
-    """:func:`sequence_degrees` at every τ of ``taus``, what they price priced in one call (the same numbers:
-    the pricer's memo prices each cell elementwise, whatever else a call holds)."""
+    every degree and get the smallest one that meets τ, or the one with the smallest load. What every τ
+    prices is priced in one call (the same numbers: the pricer's memo prices each cell elementwise,
+    whatever else a call holds)."""
     plans = [_degrees_unpriced(grid, tm, tau, kmin) for tau in taus]
     cells = [c for p in plans for c in p[-1]]
     if len(cells) > 1:
@@ -44,7 +42,8 @@ def sequence_degrees_many(grid, tm, taus: list[float], lengths: np.ndarray, kmin
 
 
 def _degrees_unpriced(grid, tm, tau: float, kmin: np.ndarray) -> tuple:
-    """The part of :func:`sequence_degrees` before pricing, and the cells it prices: (positions, sizes, u)."""
+    """The part of :func:`sequence_degrees_many` before pricing at one τ, and the cells it prices: (positions,
+    sizes, u)."""
     D = grid.degrees
     k_cell, heavy_cell = cell_degrees(grid, tm, tau)
     cell = grid.cell
@@ -71,7 +70,7 @@ def _degrees_unpriced(grid, tm, tau: float, kmin: np.ndarray) -> tuple:
 
 
 def _degrees_priced(plan: tuple, grid, tau: float, n: int, pricer: Pricer):
-    """:func:`sequence_degrees` from its unpriced part."""
+    """:func:`sequence_degrees_many` at one τ from its unpriced part."""
     k, u, below, try_low, kl, ul, hv, rep, _ = plan
     D = grid.degrees
     if try_low.size:
@@ -93,18 +92,11 @@ def _degrees_priced(plan: tuple, grid, tau: float, n: int, pricer: Pricer):
     return k, u, heavy
 
 
-def planning_engines(sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, lengths: np.ndarray,
-                     tau: float, job: JobSpec, pricer: Pricer, cp_engine: str):
-    """Sequences of one degree share groups, so they share an engine: per degree, the option with the
-    least total priced load over the (non-heavy) sequences of that degree. Heavy sequences, alone in
-    their groups, keep their own best. Returns engines, exact shares and group overheads by (c, u)."""
-    return _engines_priced(_engines_unpriced(sizes, heavy, job, cp_engine), sizes, u_seq, heavy, lengths, tau,
-                           pricer)
-
-
 def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec, pricer: Pricer, cp_engine: str):
-    """:func:`planning_engines` of every (sizes, u_seq, heavy, tau) in ``items``, what they price priced in one
-    call (the same numbers: the pricer's memo prices each cell elementwise)."""
+    """Per (sizes, u_seq, heavy, τ) of ``items``: sequences of one degree share groups, so they share an engine:
+    per degree, the option with the least total priced load over the (non-heavy) sequences of that degree.
+    Heavy sequences, alone in their groups, keep their own best. Returns per item the engines, exact shares and
+    group overheads by (c, u); what every item prices is priced in one call (the same numbers)."""
     plans = [_engines_unpriced(sizes, heavy, job, cp_engine) for sizes, _, heavy, _ in items]
     pos, rows = [], []
     for (members, reps, opt_c, opt_u, counts), (sizes, u_seq, heavy, _) in zip(plans, items):
@@ -126,8 +118,8 @@ def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec,
 
 
 def _engines_unpriced(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_engine: str) -> tuple:
-    """The part of :func:`planning_engines` before pricing: the light sequences of each degree, and every
-    (degree, engine) option's sequences in one array with the options and their counts."""
+    """The part of :func:`planning_engines_many` before pricing for one item: the light sequences of each degree,
+    and every (degree, engine) option's sequences in one array with the options and their counts."""
     light = np.flatnonzero(~heavy)
     sl = sizes[light]
     if len(sl) and int(sl.max()) < 1 << 15:  # (a stable sort of 16-bit keys is a radix sort: the same order)
@@ -149,7 +141,7 @@ def _engines_unpriced(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_eng
 
 def _engines_priced(plan: tuple, sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, lengths: np.ndarray,
                     tau: float, pricer: Pricer):
-    """:func:`planning_engines` from its unpriced part."""
+    """:func:`planning_engines_many` for one item from its unpriced part."""
     members, reps, opt_c, opt_u, counts = plan
     u_seq = u_seq.copy()
     keys: set[int] = set()  # the (size, u) pairs the sequences end up with
