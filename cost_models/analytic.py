@@ -50,7 +50,7 @@ from dcpsim.cost_models.flops import (
 )
 from dcpsim.cost_models.head import embedding_compute_s, ends_tp_comm_s, head_compute_s
 from dcpsim.cost_models.memory import memory_budget_tokens, model_state_bytes, peak_memory_bytes, stage_params
-from dcpsim.cost_models.probe import option_block_totals, option_stage_totals
+from dcpsim.cost_models.probe import first_of, option_block_totals, option_stage_totals, per_stage
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.cost_models.topology import (
@@ -148,42 +148,44 @@ class AnalyticCostModel:
         nothing but the embedding and the LM head reads the stage). With ``option``, ``sizes`` and ``ulysses``
         list the distinct groups and sequence i is in a group like ``option[i]``: what depends on the group
         alone (its links, its fixed costs) is priced once per group, the same numbers."""
-        L = np.asarray(lengths, dtype=np.int64).astype(np.float64)
-        size, u = np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64)
-        opt = None if option is None else np.asarray(option, dtype=np.int64)
+        L, size, u, shared, ks = self._alone_args(lengths, sizes, ulysses, stages, prefix)
+        if option is not None:  # per-option groups: cost_models.probe
+            return option_stage_totals(self, L, size, u, np.asarray(option, dtype=np.int64), stages, ks, shared)
         first = np.zeros(len(L), dtype=np.int64)
         job = self.job
-        shared = not job.model.is_moe and self._stages_on_domain_boundaries()
-        ks = [len(L) if k is None else k for k in (prefix or (None,) * len(stages))]
-        if opt is not None:  # per-option groups: cost_models.probe
-            return option_stage_totals(self, L, size, u, opt, stages, ks, shared)
-        core: tuple | None = None
-        out = []
-        for s, k in zip(stages, ks):
-            if core is None or not shared:
-                c = max(ks) if shared else k
-                core = self._core(L[:c], L[:c], size[:c], u[:c], None,
-                                  self._crossings(s, size[:c], u[:c], first[:c]), s)
-            part = core if len(core[0]) == k else tuple(x[:k] for x in core)
-            fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b = self._at_stage(part, first[:k], s)
+
+        def core_of(s: int, c: int) -> tuple:
+            crossings = self._crossings(s, size[:c], u[:c], first[:c])
+            return self._core(L[:c], L[:c], size[:c], u[:c], None, crossings, s)
+
+        def total_of(part: tuple, s: int) -> np.ndarray:
+            fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b = self._at_stage(part, first[:len(part[0])], s)
             total = fwd + cp_f + bwd + cp_b  # GroupCosts.total_s's order; x + 0.0 is x (never -0.0)
             if tp_f is not None:
                 total = total + tp_f + tp_b
             if job.model.is_moe:
                 total = total + ep_f + ep_b
-            out.append(total)
-        return out
+            return total
+        return per_stage(stages, ks, shared, core_of, first_of, total_of)
 
     def alone_block_totals(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
                            stages: tuple[int, ...], prefix: tuple[int | None, ...] | None = None) -> list[np.ndarray]:
         """Row i: [groups, k] totals of every listed group (``sizes``, ``ulysses``) at each of the first k =
         ``prefix[i]`` ``lengths`` (None: all) at ``stages[i]``: ``alone_stage_totals`` of the block flattened
         group by group, bit for bit (cost_models.probe), without the per-sequence gathers."""
+        L, size, u, shared, ks = self._alone_args(lengths, sizes, ulysses, stages, prefix)
+        return option_block_totals(self, L, size, u, stages, ks, shared)
+
+    def _alone_args(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, stages: tuple[int, ...],
+                    prefix: tuple[int | None, ...] | None) -> tuple:
+        """The alone totals' operands: the lengths (float64), sizes and Ulysses degrees (int64), whether the
+        stages share their crossings (a dense model whose stages start on an NVLink-domain boundary) and each
+        stage's count of sequences (None in ``prefix``: all)."""
         L = np.asarray(lengths, dtype=np.int64).astype(np.float64)
         size, u = np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64)
         shared = not self.job.model.is_moe and self._stages_on_domain_boundaries()
         ks = [len(L) if k is None else k for k in (prefix or (None,) * len(stages))]
-        return option_block_totals(self, L, size, u, stages, ks, shared)
+        return L, size, u, shared, ks
 
     def _costs(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, first_rank: np.ndarray,
                gid: np.ndarray | None, crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:

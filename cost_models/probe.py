@@ -27,6 +27,7 @@ The numbers are ``group_costs(...).total_s`` bit for bit (tests/cost_models/test
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -122,10 +123,11 @@ def option_stage_totals(cm: AnalyticCostModel, L: np.ndarray, size: np.ndarray, 
     (:func:`_moe_stage_totals`)."""
     if cm.job.model.is_moe:
         return _moe_stage_totals(cm, L, size, u, opt, stages, ks)
-    return _per_stage(cm, size, u, stages, ks, shared,
-                      lambda tab, c: _core(cm, L[:c], tab,
-                                           dict(zip(tab.names, np.take(tab.by_option, opt[:c], axis=0).T))),
-                      lambda core, k: core if len(core[0]) == k else tuple(x[:k] for x in core))
+
+    def core_of(s: int, c: int) -> tuple:
+        tab = _table(cm, size, u, -1 if shared else s, s)
+        return _core(cm, L[:c], tab, dict(zip(tab.names, np.take(tab.by_option, opt[:c], axis=0).T)))
+    return per_stage(stages, ks, shared, core_of, first_of, lambda part, s: _total(cm, part, s))
 
 
 def option_block_totals(cm: AnalyticCostModel, L: np.ndarray, size: np.ndarray, u: np.ndarray,
@@ -137,22 +139,33 @@ def option_block_totals(cm: AnalyticCostModel, L: np.ndarray, size: np.ndarray, 
         n, c = len(size), len(L)
         flat = _moe_stage_totals(cm, np.tile(L, n), size, u, np.repeat(np.arange(n), c), stages, [n * c] * len(ks))
         return [row.reshape(n, c)[:, :k] for row, k in zip(flat, ks)]
-    return _per_stage(cm, size, u, stages, ks, shared,
-                      lambda tab, c: _core(cm, L[None, :c], tab,
-                                           {n: row[:, None] for n, row in zip(tab.names, tab.rows)}),
-                      lambda core, k: core if core[0].shape[1] == k else tuple(x[:, :k] for x in core))
+
+    def core_of(s: int, c: int) -> tuple:
+        tab = _table(cm, size, u, -1 if shared else s, s)
+        return _core(cm, L[None, :c], tab, {n: row[:, None] for n, row in zip(tab.names, tab.rows)})
+
+    def first_cols(core: tuple, k: int) -> tuple:
+        return core if core[0].shape[1] == k else tuple(x[:, :k] for x in core)
+    return per_stage(stages, ks, shared, core_of, first_cols, lambda part, s: _total(cm, part, s))
 
 
-def _per_stage(cm: AnalyticCostModel, size: np.ndarray, u: np.ndarray, stages: tuple[int, ...], ks: list[int],
-               shared: bool, core_of, first) -> list[np.ndarray]:
-    """The totals at every stage of ``stages``: ``core_of(option table, count)`` the shared part (once when
-    ``shared``, else per stage, on that stage's table), ``first(core, k)`` its first ``k`` sequences."""
+def first_of(core: tuple, k: int) -> tuple:
+    """A core's first ``k`` sequences."""
+    return core if len(core[0]) == k else tuple(x[:k] for x in core)
+
+
+def per_stage(stages: tuple[int, ...], ks: list[int], shared: bool, core_of: Callable[[int, int], tuple],
+              first: Callable[[tuple, int], tuple],
+              total_of: Callable[[tuple, int], np.ndarray]) -> list[np.ndarray]:
+    """``total_of(first(core, k), s)`` for each stage s of ``stages`` and count k of ``ks``: the core
+    (``core_of(s, count)``) computed once, at the largest count, when the stages share it (``shared``), else per
+    stage at its own count (the alone-totals loop of AnalyticCostModel and of this module's option paths)."""
     core: tuple | None = None
     out = []
     for s, k in zip(stages, ks):
         if core is None or not shared:
-            core = core_of(_table(cm, size, u, -1 if shared else s, s), max(ks) if shared else k)
-        out.append(_total(cm, first(core, k), s))
+            core = core_of(s, max(ks) if shared else k)
+        out.append(total_of(first(core, k), s))
     return out
 
 
