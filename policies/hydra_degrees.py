@@ -34,7 +34,7 @@ def sequence_degrees_many(grid, tm, taus: list[float], lengths: np.ndarray, kmin
     prices is priced in one call (the same numbers: the pricer's memo prices each cell elementwise,
     whatever else a call holds)."""
     plans = [_degrees_unpriced(grid, tm, tau, kmin) for tau in taus]
-    cells = [c for p in plans for c in p[-1]]
+    cells = [c for p in plans for c in (p[3], p[4]) if c is not None]
     if len(cells) > 1:
         pricer.work(np.concatenate([c[0] for c in cells]), np.concatenate([c[1] for c in cells]),
                     np.concatenate([c[2] for c in cells]))
@@ -42,8 +42,10 @@ def sequence_degrees_many(grid, tm, taus: list[float], lengths: np.ndarray, kmin
 
 
 def _degrees_unpriced(grid, tm, tau: float, kmin: np.ndarray) -> tuple:
-    """The part of :func:`sequence_degrees_many` before pricing at one τ, and the cells it prices: (positions,
-    sizes, u)."""
+    """The part of :func:`sequence_degrees_many` before pricing at one τ: each sequence's degree index and
+    engine from the grid, the cells below each grid point, and the two sets of cells it prices, each
+    (positions, sizes, u) or None: the lower degree of the sequences it may take, every memory-feasible degree
+    of the heavy ones."""
     D = grid.degrees
     k_cell, heavy_cell = cell_degrees(grid, tm, tau)
     cell = grid.cell
@@ -52,38 +54,35 @@ def _degrees_unpriced(grid, tm, tau: float, kmin: np.ndarray) -> tuple:
     below = np.maximum(cell - 1, 0)
     lower = np.maximum(k_cell[below], kmin)
     try_low = np.flatnonzero((lower < k) & ~heavy_cell[cell])
-    kl = ul = None
-    cells = []
+    low = None
     if try_low.size:
-        kl, ul = lower[try_low], grid.ulysses[below[try_low], lower[try_low]]
-        cells.append((try_low, D[kl], ul))
+        kl = lower[try_low]
+        low = (try_low, D[kl], grid.ulysses[below[try_low], kl], kl)
     hv = np.flatnonzero(heavy_cell[cell])
-    rep = None
+    high = None
     if hv.size:
         K = len(D)
         rep_k = np.tile(np.arange(K), hv.size)
         rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
         ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)  # memory allows: priced
-        rep = (rep_k, rep_u, ok)
-        cells.append((np.repeat(hv, K)[ok], D[rep_k[ok]], rep_u[ok]))
-    return k, u, below, try_low, kl, ul, hv, rep, cells
+        high = (np.repeat(hv, K)[ok], D[rep_k[ok]], rep_u[ok], hv, rep_u, ok)
+    return k, u, below, low, high
 
 
 def _degrees_priced(plan: tuple, grid, tau: float, n: int, pricer: Pricer):
     """:func:`sequence_degrees_many` at one τ from its unpriced part."""
-    k, u, below, try_low, kl, ul, hv, rep, _ = plan
-    D = grid.degrees
-    if try_low.size:
-        w = pricer.work(try_low, D[kl], ul) + grid.overhead[below[try_low], kl]
+    k, u, below, low, high = plan
+    if low is not None:
+        try_low, sizes, ul, kl = low
+        w = pricer.work(try_low, sizes, ul) + grid.overhead[below[try_low], kl]
         ok = w <= tau
         k[try_low[ok]], u[try_low[ok]] = kl[ok], ul[ok]
     heavy = np.zeros(n, dtype=bool)
-    if hv.size:
-        K = len(D)
-        rep_k, rep_u, ok = rep
+    if high is not None:
+        pos, sizes, us, hv, rep_u, ok = high
+        K = len(grid.degrees)
         flat = np.full(hv.size * K, np.inf)
-        flat[ok] = (pricer.work(np.repeat(hv, K)[ok], D[rep_k[ok]], rep_u[ok])
-                    + pricer.overhead(D[rep_k[ok]], rep_u[ok]))
+        flat[ok] = pricer.work(pos, sizes, us) + pricer.overhead(sizes, us)
         load = flat.reshape(hv.size, K)
         meets = load <= tau
         k[hv] = np.where(meets.any(axis=1), np.argmax(meets, axis=1), np.argmin(load, axis=1))
@@ -97,13 +96,12 @@ def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec,
     per degree, the option with the least total priced load over the (non-heavy) sequences of that degree.
     Heavy sequences, alone in their groups, keep their own best. Returns per item the engines, exact shares and
     group overheads by (c, u); what every item prices is priced in one call (the same numbers)."""
-    plans = [_engines_unpriced(sizes, heavy, job, cp_engine) for sizes, _, heavy, _ in items]
+    plans = [_engines_unpriced(sizes, heavy, job, cp_engine, pricer) for sizes, _, heavy, _ in items]
     pos, rows = [], []
-    for (members, reps, opt_c, opt_u, counts), (sizes, u_seq, heavy, _) in zip(plans, items):
-        if opt_c:
+    for (members, reps, reps_rows, *_), (sizes, u_seq, heavy, _) in zip(plans, items):
+        if reps is not None:
             pos.append(reps)
-            rows.append(np.repeat(pricer.option_rows(np.asarray(opt_c, dtype=np.int64),
-                                                     np.asarray(opt_u, dtype=np.int64)), counts))
+            rows.append(reps_rows)
         rest = np.ones(len(lengths), dtype=bool)  # (what no engine choice covers: priced at its own engine)
         for m in members.values():
             rest[m] = False
@@ -117,9 +115,10 @@ def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec,
             for p, (sizes, u_seq, heavy, tau) in zip(plans, items)]
 
 
-def _engines_unpriced(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_engine: str) -> tuple:
+def _engines_unpriced(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_engine: str, pricer: Pricer) -> tuple:
     """The part of :func:`planning_engines_many` before pricing for one item: the light sequences of each degree,
-    and every (degree, engine) option's sequences in one array with the options and their counts."""
+    and every (degree, engine) option's sequences in one array with each one's memo row (None: no options), the
+    options and their counts."""
     light = np.flatnonzero(~heavy)
     sl = sizes[light]
     if len(sl) and int(sl.max()) < 1 << 15:  # (a stable sort of 16-bit keys is a radix sort: the same order)
@@ -136,20 +135,22 @@ def _engines_unpriced(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_eng
             opt_c.append(c)
             opt_u.append(u)
             counts.append(len(m))
-    return members, np.concatenate(pos) if pos else None, opt_c, opt_u, counts
+    if not pos:
+        return members, None, None, opt_c, opt_u, counts
+    rows = np.repeat(pricer.option_rows(np.asarray(opt_c, dtype=np.int64), np.asarray(opt_u, dtype=np.int64)),
+                     counts)
+    return members, np.concatenate(pos), rows, opt_c, opt_u, counts
 
 
 def _engines_priced(plan: tuple, sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, lengths: np.ndarray,
                     tau: float, pricer: Pricer):
     """:func:`planning_engines_many` for one item from its unpriced part."""
-    members, reps, opt_c, opt_u, counts = plan
+    members, reps, reps_rows, opt_c, opt_u, counts = plan
     u_seq = u_seq.copy()
     keys: set[int] = set()  # the (size, u) pairs the sequences end up with
     if opt_c:
-        oc = np.asarray(opt_c, dtype=np.int64)
-        ou = np.asarray(opt_u, dtype=np.int64)
-        w = pricer.work_at_rows(reps, np.repeat(pricer.option_rows(oc, ou), counts))
-        o = pricer.overhead(oc, ou).tolist()
+        w = pricer.work_at_rows(reps, reps_rows)
+        o = pricer.overhead(np.asarray(opt_c, dtype=np.int64), np.asarray(opt_u, dtype=np.int64)).tolist()
         n_of = np.asarray(counts, dtype=np.int64)
         starts = np.cumsum(n_of) - n_of
         sums = np.add.reduceat(w, starts).tolist()
