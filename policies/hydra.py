@@ -46,8 +46,8 @@ from dcpsim.policies.hydra_placement import Layout, place
 from dcpsim.policies.hydra_msearch import TargetChoice, TargetSearch, choose_target
 from dcpsim.policies.hydra_target import build_target_model
 from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_work import (Pricer, allowed_degrees, engine_options, prices_fixed_costs,
-                                        rank_loads, sorted_unique)
+from dcpsim.policies.hydra_options import allowed_degrees, engine_options
+from dcpsim.policies.hydra_work import Pricer, prices_fixed_costs, rank_loads, sorted_unique
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 

@@ -65,8 +65,11 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
 
     ``sizes``, ``ulysses``, ``shares``: each sequence's degree, planning engine and per-rank work there;
     ``heavy``: set apart; ``order_key``: tie-break (the sequence ids); ``overhead[(size, u)]``: a group's fixed
-    load; ``slowdown`` ([W] or None): each pool rank's slow-down factor, dividing the capacity of its groups; ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, sizes, u)`` (elementwise)
-    prices fill sequences in another class, ``fill_lower`` (optional) a lower bound of that price (or None); ``light_heights``: the target height of each light microbatch in
+    load; ``slowdown`` ([W] or None): each pool rank's slow-down factor, dividing the capacity of its groups;
+    ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, sizes, u)``
+    (elementwise) prices fill sequences in another class, ``fill_estimate(positions, size, u)`` (optional)
+    estimates that price without pricing (or None) and ``fill_lower`` (optional, used where there is no
+    estimate) bounds it from below (or None); ``light_heights``: the target height of each light microbatch in
     run order (None: τ for all ``m_light``); those below τ take only fill sequences (phase B); ``prune``
     (optional): called halfway through phase A and once it is placed, with each group's microbatch and load
     so far, the microbatches' capacities and the heavy microbatch count; if it returns True, placement stops

@@ -39,12 +39,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel, GroupBatch
-from dcpsim.policies.hydra_options import (  # noqa: F401  (re-exported: HyDra's callers import them from here)
-    allowed_degrees,
-    engine_option_tuple,
-    engine_options,
-    engine_options_of,
-)
 from dcpsim.policies.plan import Plan
 
 if TYPE_CHECKING:

@@ -1,9 +1,7 @@
-"""Unit tests of the ``hydra`` policy: the closed-form target, degrees from load, the lazy-heap placement, the
+"""Unit tests of the ``hydra`` policy: the closed-form target, degrees from load, the sorted-list and heap placement, the
 engine choice, non-power-of-two pools, ``degrees="any"``, the 1F1B order, and the error messages."""
 
 from __future__ import annotations
-
-import heapq
 
 import numpy as np
 import pytest
@@ -16,7 +14,8 @@ from dcpsim.policies.hydra_bins import Packer
 from dcpsim.policies.hydra_placement import place
 from dcpsim.policies.hydra_target import build_target_model, cell_degrees, pack_heavy, solve_tau
 from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_work import allowed_degrees, engine_options, group_overhead, sequence_work
+from dcpsim.policies.hydra_options import allowed_degrees, engine_options
+from dcpsim.policies.hydra_work import group_overhead, sequence_work
 from dcpsim.policies.registry import available_policies, policy_options
 from dcpsim.traces.batching import GlobalBatch
 from dcpsim.traces.errors import TraceError

@@ -11,7 +11,8 @@ from dcpsim.policies.hydra_degrees import planning_engines_many, sequence_degree
 from dcpsim.policies.hydra_grid import build_grid
 from dcpsim.policies.hydra_msearch import choose_target
 from dcpsim.policies.hydra_target import build_target_model
-from dcpsim.policies.hydra_work import Pricer, allowed_degrees
+from dcpsim.policies.hydra_options import allowed_degrees
+from dcpsim.policies.hydra_work import Pricer
 from dcpsim.traces import get_preset
 
 

@@ -7,7 +7,8 @@ import numpy as np
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_work import MIN_WORK_S, OPTION_KEY, Pricer, allowed_degrees
+from dcpsim.policies.hydra_options import allowed_degrees
+from dcpsim.policies.hydra_work import MIN_WORK_S, OPTION_KEY, Pricer
 from dcpsim.traces import get_preset
 
 

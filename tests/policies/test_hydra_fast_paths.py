@@ -16,7 +16,8 @@ from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, g
 from dcpsim.policies import hydra_columns, hydra_msearch, hydra_order, hydra_target
 from dcpsim.policies.hydra_target import build_target_model, pack_heavy
 from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_work import Pricer, allowed_degrees
+from dcpsim.policies.hydra_options import allowed_degrees
+from dcpsim.policies.hydra_work import Pricer
 from dcpsim.traces import get_preset
 
 from . import _hydra_first_version as first
