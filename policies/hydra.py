@@ -332,9 +332,8 @@ class HyDra:
         # the groups' sequence ids in placement order, and the groups by microbatch, then first rank
         by_group = layout.placed[_stable_order(layout.seq_group[layout.placed], len(size))]
         count = np.bincount(layout.seq_group, minlength=len(size))
-        ends_at = np.cumsum(count).tolist()
-        id_list = ids[by_group].tolist()
-        starts_at = [0] + ends_at[:-1]
+        ends_at = np.cumsum(count)
+        id_tup = tuple(ids[by_group].tolist())  # (a slice of a tuple is the group's tuple)
         go = _stable_order(rows * W + firsts, len(keys) * W)  # (microbatch, first rank): distinct
         # each distinct engine and rank block once (blocks repeat across microbatches), then the groups in
         # (microbatch, first rank) order, cut into microbatches
@@ -343,9 +342,10 @@ class HyDra:
         engine_list = [_engine(k // (W + 1), k % (W + 1)) for k in e_key.tolist()]
         b_key, b_of = np.unique(firsts[go] * (W + 1) + c_go, return_inverse=True)
         block_list = [_block(k // (W + 1), k % (W + 1)) for k in b_key.tolist()]
-        group = CPGroup.of
-        groups = [group(block_list[b], tuple(id_list[starts_at[g]:ends_at[g]]), engine_list[e])
-                  for g, b, e in zip(go.tolist(), b_of.tolist(), e_of.tolist())]
+        ends_go = ends_at[go]
+        seqs = [id_tup[a:b] for a, b in zip((ends_go - count[go]).tolist(), ends_go.tolist())]
+        groups = CPGroup.many(list(map(block_list.__getitem__, b_of.tolist())), seqs,
+                              list(map(engine_list.__getitem__, e_of.tolist())))
         cut = np.cumsum(np.bincount(rows, minlength=len(keys))).tolist()
         mbs = [groups[a:b] for a, b in zip([0] + cut[:-1], cut)]
         caps = [layout.caps[keys[i]] for i in order]

@@ -57,26 +57,18 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     bins = pk.bins
     classes = sorted({(b.size, b.u) for b in bins} | {fill})
     ci = {c: i for i, c in enumerate(classes)}
-    nb0 = len(bins)
-    mb = [b.mb for b in bins]
-    first = [b.first for b in bins]
-    cap = [b.cap for b in bins]
     load = [b.load for b in bins]
     tok = [b.tokens for b in bins]
     cls = [ci[b.size, b.u] for b in bins]
-    for k in range(len(pk.caps)):  # every microbatch's free blocks
-        f, c = pk.free_blocks(k, cf)
-        mb += [k] * len(f)
-        first += f.tolist()
-        cap += c.tolist()
-    nfree = len(mb) - nb0
+    f_mb, f_first, f_cap = pk.all_free_blocks(cf)  # every microbatch's free blocks
+    nfree = len(f_mb)
     ovh_f = pk.overhead[fill]
-    mb_a = np.asarray(mb, dtype=np.int64)
-    first_a = np.asarray(first, dtype=np.int64)
-    cap_a = np.asarray(cap, dtype=np.float64)
-    load_a = np.r_[np.asarray(load, dtype=np.float64), np.full(nfree, ovh_f)]
-    tok_a = np.r_[np.asarray(tok, dtype=np.float64), np.zeros(nfree)]
-    cls_a = np.r_[np.asarray(cls, dtype=np.int64), np.full(nfree, ci[fill], dtype=np.int64)]
+    mb_a = np.concatenate([np.asarray([b.mb for b in bins], dtype=np.int64), f_mb])
+    first_a = np.concatenate([np.asarray([b.first for b in bins], dtype=np.int64), f_first])
+    cap_a = np.concatenate([np.asarray([b.cap for b in bins], dtype=np.float64), f_cap])
+    load_a = np.concatenate([np.asarray(load, dtype=np.float64), np.full(nfree, ovh_f)])
+    tok_a = np.concatenate([np.asarray(tok, dtype=np.float64), np.zeros(nfree)])
+    cls_a = np.concatenate([np.asarray(cls, dtype=np.int64), np.full(nfree, ci[fill], dtype=np.int64)])
     csize = np.asarray([c for c, _ in classes], dtype=np.float64)
 
     ns = len(small)

@@ -71,9 +71,9 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     estimates that price without pricing (or None) and ``fill_lower`` (optional, used where there is no
     estimate) bounds it from below (or None); ``light_heights``: the target height of each light microbatch in
     run order (None: τ for all ``m_light``); those below τ take only fill sequences (phase B); ``prune``
-    (optional): called halfway through phase A and once it is placed, with each group's microbatch and load
-    so far, the microbatches' capacities and the heavy microbatch count; if it returns True, placement stops
-    and returns None."""
+    (optional): called a quarter and halfway through phase A and once it is placed, with each group's
+    microbatch and load so far, the microbatches' capacities and the heavy microbatch count; if it returns
+    True, placement stops and returns None."""
     pk = Packer(pool, budget, tau, tol, aligned, overhead, slowdown)
     tok = lengths / sizes
     is_fill = ~heavy & (sizes == fill[0]) & (ulysses == fill[1])
@@ -101,11 +101,12 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
                      tok[big].tolist()))
     # A caller comparing layouts may stop here: prune(group microbatches, group loads, microbatch capacities,
     # heavy microbatches) sees the groups so far, to which the rest of phase A and the fill only add load; it
-    # is asked halfway through phase A (the largest groups come first: at the benchmark's n = 2,048, W = 256
-    # cell the second count's groups then already score what they score at the end) and at its end.
-    half = len(items) // 2 if prune is not None else len(items)
-    for part in (items[:half], items[half:]):
-        pk.structure(part)
+    # is asked a quarter and halfway through phase A (the largest groups come first: the candidates cut at all
+    # are cut by then on the benchmark's cells, most at a quarter, docs/hydra.md §5) and at its end.
+    n_a = len(items)
+    cuts = (n_a // 4, n_a // 2, n_a) if prune is not None else (n_a,)
+    for lo, hi in zip((0,) + cuts, cuts):
+        pk.structure(items[lo:hi])
         if prune is not None and prune([b.mb for b in pk.bins], [b.load for b in pk.bins], pk.caps, heavy_mbs):
             return None
     # Phase B: the fill (hydra_fill), then the groups: phase A's bins and every free block that took a sequence.

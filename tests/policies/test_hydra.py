@@ -428,3 +428,18 @@ def test_cpgroup_of_is_the_dataclass() -> None:
     assert not hasattr(CPGroup, "__post_init__")
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.ranks = (0,)  # type: ignore[misc]
+
+
+def test_cpgroup_many_is_cpgroup_of_each() -> None:
+    """CPGroup.many (the assembly's batch constructor) builds what CPGroup(...) builds for each triple, in order,
+    and refuses inputs of unequal lengths (a short one would leave slots unset)."""
+    from dcpsim.policies.plan import CPGroup, Engine
+    ranks = [(0,), (1, 2), (4, 5, 6, 7), (3,)]
+    seqs = [(5,), (1, 2, 3), (), (9, 8)]
+    engines = [Engine(), Engine("ring", 1, 2), Engine("hybrid", 2, 2), Engine()]
+    got = CPGroup.many(ranks, seqs, engines)
+    assert got == [CPGroup(r, s, e) for r, s, e in zip(ranks, seqs, engines)]
+    assert [type(g) for g in got] == [CPGroup] * 4 and [g.size for g in got] == [1, 2, 4, 1]
+    assert CPGroup.many([], [], []) == []
+    with pytest.raises(ValueError, match="one of each per group"):
+        CPGroup.many(ranks, seqs[:3], engines)

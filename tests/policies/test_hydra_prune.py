@@ -1,5 +1,5 @@
-"""HyDra stops placing a later microbatch-count candidate once its groups so far (halfway through phase A, or
-before the fill) already score at least the best draft's (HyDra._structure_bound): the rest of the placement
+"""HyDra stops placing a later microbatch-count candidate once its groups so far (a quarter or halfway through
+phase A, or before the fill) already score at least the best draft's (HyDra._structure_bound): the rest of the placement
 only adds load, so that candidate cannot win. The bound must
 never exceed the score of the finished layout, and pruning must never change a plan."""
 
@@ -35,8 +35,8 @@ def _groups(plan) -> list:
 @pytest.mark.parametrize("n,w,pp,seed", CASES)
 def test_the_bound_never_exceeds_the_finished_layouts_score(n: int, w: int, pp: int, seed: int,
                                                             monkeypatch) -> None:
-    """Every candidate placed after the first: its bounds (halfway through phase A and before the fill) ≤ its
-    score (after), with the prune switched off so that every candidate is finished."""
+    """Every candidate placed after the first: its bounds (a quarter and halfway through phase A, and before the
+    fill) ≤ its score (after), with the prune switched off so that every candidate is finished."""
     batch, job, cm = _case(n, w, pp, seed)
     placed: list[list[float]] = []  # per placement: its bounds (none: the first candidate of a pass, unbounded)
     scores: list[float] = []
@@ -59,7 +59,7 @@ def test_the_bound_never_exceeds_the_finished_layouts_score(n: int, w: int, pp: 
     monkeypatch.setattr(hydra.HyDra, "_structure_bound", spy_bound)
     monkeypatch.setattr(hydra.HyDra, "_order", spy_order)
     create_policy("hydra").plan(batch, job, cm)
-    assert len(placed) == len(scores) and any(len(b) == 2 for b in placed)  # (halfway, then the end)
+    assert len(placed) == len(scores) and any(len(b) == 3 for b in placed)  # (a quarter, halfway, the end)
     for bounds, s in zip(placed, scores):
         assert bounds == sorted(bounds)  # the groups only grow
         for b in bounds:
