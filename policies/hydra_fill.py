@@ -190,48 +190,78 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     work_rows = [work[c].data for c in range(nc)]  # one 1-D view per class (rows of work: C-contiguous)
     heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
     # Global mode, first: while every class is open to the sequences and the roomiest bin of all takes each
-    # by load, one heap of (key, class, bin) over every class picks what the class tops would (the least
+    # by load, one heap of (key, class, bin, last) over every class picks what the class tops would (the least
     # key, then the lowest class, then the lowest bin: one heap step per sequence, no scan of the tops). At
     # the first sequence that needs more (a class ruled out, a new microbatch) the class heaps are rebuilt
     # from it, put() places that sequence from the same state and the class loop below takes the rest.
-    gby = np.lexsort((np.arange(len(keys_a)), cls_a, keys_a))
-    G = list(zip(keys_a[gby].tolist(), cls_a[gby].tolist(), gby.tolist()))  # sorted: a heap
+    # A run of untaken free blocks (consecutive bins of one microbatch, one key) is one entry, its lowest bin
+    # with ``last`` its last one (−1: a single bin): the heap of every block would take them lowest first,
+    # wherever the run stands; a taken block leaves the run (its successor takes the entry's place: no other
+    # entry lies between them) and enters the heap alone. The heap is the bins in use plus one entry per run.
+    nb0 = len(load)
+    runs = np.zeros(0, dtype=np.int64)
+    if nfree:
+        fk, fm = keys_a[nb0:], mb_a[nb0:]
+        runs = nb0 + np.flatnonzero(np.concatenate([[True], (fm[1:] != fm[:-1]) | (fk[1:] != fk[:-1])]))
+    heads = np.concatenate([np.arange(nb0, dtype=np.int64), runs])
+    lasts = np.concatenate([np.full(nb0, -1, dtype=np.int64), runs[1:] - 1, [len(keys_a) - 1]]) if nfree \
+        else np.full(nb0, -1, dtype=np.int64)
+    gby = np.lexsort((heads, cls_a[heads], keys_a[heads]))
+    G = list(zip(keys_a[heads[gby]].tolist(), cls_a[heads[gby]].tolist(), heads[gby].tolist(),
+                 lasts[gby].tolist()))  # sorted: a heap
     start = ns if global_first else 0
     for j, Lj, Ln, mj in zip(range(ns if global_first else 0), L_l, L_next, mask):
         while blocked and -blocked[0][0] >= Lj:
             g = heappop(blocked)[1]
-            heappush(G, (load_l[g] - cap_l[g], cls_l[g], g))
+            heappush(G, (load_l[g] - cap_l[g], cls_l[g], g, -1))
         while mj == every and G:
-            best, bc, g = G[0]
+            best, bc, g, last = G[0]
             w = work_rows[bc][j]
             if best >= 1.0 or best + w > 0.0:
                 break
             cs = csz[bc]
             tok = tok_l[g] + Lj / cs
             if tok > lim:  # (put: the top that fails only the tokens waits in blocked; the next top)
-                heappop(G)
+                if last > g:
+                    G[0] = (best, bc, g + 1, last)
+                else:
+                    heappop(G)
                 heappush(blocked, (-(lim - tok_l[g]) * cs, g))
                 continue
             load_l[g] += w
             tok_l[g] = tok
             where_l[j] = g
-            if tok + Ln / cs > lim:
-                heappop(G)
-                heappush(blocked, (-(lim - tok) * cs, g))
-            else:
-                heapreplace(G, (load_l[g] - cap_l[g], bc, g))
+            if last < 0:  # a bin in use
+                if tok + Ln / cs > lim:
+                    heappop(G)
+                    heappush(blocked, (-(lim - tok) * cs, g))
+                else:
+                    heapreplace(G, (load_l[g] - cap_l[g], bc, g, -1))
+            else:  # a run's first block: it leaves the run
+                if last > g:
+                    G[0] = (best, bc, g + 1, last)
+                else:
+                    heappop(G)
+                if tok + Ln / cs > lim:
+                    heappush(blocked, (-(lim - tok) * cs, g))
+                else:
+                    heappush(G, (load_l[g] - cap_l[g], bc, g, -1))
             break
         if where_l[j] < 0:
             start = j
             break
 
     def class_heaps() -> None:
-        """The class heaps and tops of the global heap's entries (sorted: each class's list is a heap, and
-        (key, bin) pairs are unique, so its tops come in the same order however it is laid out)."""
+        """The class heaps and tops of the global heap's entries, each run's blocks one by one (sorted: each
+        class's list is a heap, and (key, bin) pairs are unique, so its tops come in the same order however it
+        is laid out)."""
         for h in heaps:
             h.clear()
-        for key, c, g in sorted(G):
-            heaps[c].append((key, g))
+        for key, c, g, last in sorted(G):
+            if last < 0:
+                heaps[c].append((key, g))
+            else:
+                heaps[c].extend([(key, b) for b in range(g, last + 1)])
         tops[:] = [h[0][0] if h else inf for h in heaps]
 
     n_global = start
