@@ -1,7 +1,7 @@
-"""HyDra's placement bookkeeping (policies/hydra_bins.py): the per-class token floor that lets a join search
-stop before it looks at any bin, and the free blocks of every microbatch in one pass. Both must give exactly
-what the plain definitions give: the search over the roomiest ``PROBES`` bins without the floor, and
-``free_blocks`` of each microbatch in turn."""
+"""HyDra's placement bookkeeping (policies/hydra_bins.py, hydra_placement.py): the per-class token floor that
+lets a join search stop before it looks at any bin, the free blocks of every microbatch in one pass, and the
+fill's order in one sort. Each must give exactly what the plain definition gives: the search over the roomiest
+``PROBES`` bins without the floor, ``free_blocks`` of each microbatch in turn, the two-key lexsort."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dcpsim.policies.hydra_bins import PROBES, Packer
+from dcpsim.policies.hydra_placement import _by_share
 
 
 def _search_without_floor(pk: Packer, cls: tuple[int, int], work: float, tokens: float,
@@ -85,3 +86,18 @@ def test_all_free_blocks_is_each_microbatchs_free_blocks(seed: int, slow: bool, 
         assert first.tolist() == [x for f, _ in parts for x in f.tolist()]
         assert cap.tolist() == [x for _, c in parts for x in c.tolist()]
         assert mb.dtype == first.dtype == np.int64 and cap.dtype == np.float64
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_fill_order_is_the_lexsort(seed: int) -> None:
+    """Shares with many ties (rounded), zeros of both signs, ids in any order (some negative, some beyond
+    what a float holds exactly: the lexsort itself then): largest share first, ties by id."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    shares = np.round(rng.lognormal(0.0, 1.0, 2 * n), 1) * rng.choice([1.0, 0.0, -0.0], 2 * n, p=[0.8, 0.1, 0.1])
+    ids = rng.permutation(2 * n).astype(np.int64) * 7 - n
+    if seed % 4 == 3:
+        ids[0] = (1 << 60) + 1  # (past 2^53: the lexsort path)
+    pos = np.sort(rng.choice(2 * n, n, replace=False))
+    want = pos[np.lexsort((ids[pos], -shares[pos]))]
+    assert _by_share(pos, shares, ids).tolist() == want.tolist()
