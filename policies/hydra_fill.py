@@ -20,6 +20,7 @@ may use (screened once by the estimate; at most log2 W + 2 sizes × engines).
 from __future__ import annotations
 
 import heapq
+from itertools import islice, repeat
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -108,14 +109,16 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     # heapreplace and no entry goes stale); each sequence takes the roomiest top over the classes that fit it.
     # A top that fails only the token budget waits in ``blocked`` (keyed by the longest sequence it can still
     # take) and returns to its heap once a short enough sequence comes.
-    mb_l, first_l, cls_l = mb_a.tolist(), first_a.tolist(), cls_a.tolist()
+    cls_l = cls_a.tolist()
+    new_mb: list[int] = []  # microbatch and first rank of the bins new microbatches add (after mb_a, first_a)
+    new_first: list[int] = []
     cap_l = cap_a.tolist()
     load_l, tok_l = load_a.tolist(), tok_a.tolist()
     csz = [float(c) for c, _ in classes]
     nc = len(classes)
     keys_a = load_a - cap_a
     work_l = work.data  # [class, j] → a Python float on demand (no 9 × n list: each is read about once)
-    L_l = L.tolist()
+    L_l = L.tolist() + [0.0]  # (and 0 after the last: the length of "the next sequence")
     where_l = [-1] * ns
     blocked: list[tuple[float, int]] = []  # (−longest sequence it can take, bin)
     fc = ci[fill]
@@ -123,15 +126,24 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     # and the tuple of classes of each mask
     every = (1 << nc) - 1  # (every class)
     finite = np.isfinite(work)
-    mask = [every] * ns if finite.all() else (finite << np.arange(nc)[:, None]).sum(axis=0).tolist()
-    tuples = {m: tuple(c for c in range(nc) if m >> c & 1) for m in set(mask)}
+    # (None: every sequence may use every class; big lists are kept few, each one a young-generation
+    # collection of the garbage collector walks)
+    mask = None if finite.all() else (finite << np.arange(nc)[:, None]).sum(axis=0).tolist()
+    tuples = {m: tuple(c for c in range(nc) if m >> c & 1) for m in ({every} if mask is None else set(mask))}
 
     inf = float("inf")
     # each class's heap of (key, bin) and its top key (inf: empty), kept in step (built by class_heaps() from the
     # global heap below when the class loop takes over)
     heaps: list[list[tuple[float, int]]] = [[] for _ in range(nc)]
     tops = [inf] * nc
-    L_next = L_l[1:] + [0.0]  # the next sequence's length (fill sequences come longest first)
+
+    def masks(a: int):
+        """The masks of sequences a, a + 1, …."""
+        return repeat(every) if mask is None else islice(mask, a, None)
+
+    def following(a: int):
+        """The lengths of sequences a + 1, a + 2, …, then 0 (fill sequences come longest first)."""
+        return islice(L_l, a + 1, None)
 
     def put(j: int, cand: tuple[int, ...], unblock: bool = True) -> None:
         """Sequence j into the roomiest bin that takes it among the classes ``cand`` (LPT's step);
@@ -153,9 +165,9 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
                 f, c_ = pk.free_blocks(k, cf)
                 h = heaps[fc]
                 for fr, cp in zip(f.tolist(), c_.tolist()):
-                    g = len(mb_l)
-                    mb_l.append(k)
-                    first_l.append(fr)
+                    g = len(cls_l)
+                    new_mb.append(k)
+                    new_first.append(fr)
                     cls_l.append(fc)
                     cap_l.append(cp)
                     load_l.append(ovh_f)
@@ -178,7 +190,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
                 continue
             load_l[g] += w
             tok = tok_l[g] = tok_l[g] + t
-            if tok + L_next[j] / csz[bc] > lim:  # the next (longest remaining) sequence cannot join: blocked
+            if tok + L_l[j + 1] / csz[bc] > lim:  # the next (longest remaining) sequence cannot join: blocked
                 heapq.heappop(h)  # now, where it would go when it next reached the top
                 heapq.heappush(blocked, (-(lim - tok) * csz[bc], g))
             else:
@@ -210,7 +222,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     G = list(zip(keys_a[heads[gby]].tolist(), cls_a[heads[gby]].tolist(), heads[gby].tolist(),
                  lasts[gby].tolist()))  # sorted: a heap
     start = ns if global_first else 0
-    for j, Lj, Ln, mj in zip(range(ns if global_first else 0), L_l, L_next, mask):
+    for j, Lj, Ln, mj in zip(range(ns if global_first else 0), L_l, following(0), masks(0)):
         while blocked and -blocked[0][0] >= Lj:
             g = heappop(blocked)[1]
             heappush(G, (load_l[g] - cap_l[g], cls_l[g], g, -1))
@@ -269,12 +281,12 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
         class_heaps()
         G.clear()
         if global_first:
-            put(start, tuples[mask[start]], unblock=False)
+            put(start, tuples[every if mask is None else mask[start]], unblock=False)
             start += 1
     # The class loop, its common step inline: the blocked bins that can take the sequence return (put()'s
     # first step, which then finds none), every class is open to it and the roomiest top takes it by load and
     # tokens; anything else goes through put(), which starts over from the same state.
-    for j, Lj, Ln, mj in zip(range(start, ns), L_l[start:], L_next[start:], mask[start:]):
+    for j, Lj, Ln, mj in zip(range(start, ns), islice(L_l, start, None), following(start), masks(start)):
         while blocked and -blocked[0][0] >= Lj:  # put's first step: bins that can take Lj again return
             g = heappop(blocked)[1]
             c = cls_l[g]
@@ -334,5 +346,6 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
                 G.clear()
             for j in back:
                 put(j, (fc,))
-    return Filled(np.asarray(mb_l, dtype=np.int64), np.asarray(first_l, dtype=np.int64),
+    return Filled(np.concatenate([mb_a, np.asarray(new_mb, dtype=np.int64)]),
+                  np.concatenate([first_a, np.asarray(new_first, dtype=np.int64)]),
                   np.asarray(load_l, dtype=np.float64), np.asarray(where_l, dtype=np.int64), n_global)
