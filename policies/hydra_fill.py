@@ -221,47 +221,62 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     gby = np.lexsort((heads, cls_a[heads], keys_a[heads]))
     G = list(zip(keys_a[heads[gby]].tolist(), cls_a[heads[gby]].tolist(), heads[gby].tolist(),
                  lasts[gby].tolist()))  # sorted: a heap
+    def retry(j: int, Lj: float) -> tuple | None:
+        """The global step from the same state where its first top fails: a top that fails only the tokens
+        waits in ``blocked`` and the next is tried; None where a top fails the load or none is left (the class
+        loop takes over)."""
+        while G:
+            best, bc, g, last = G[0]
+            w = work_rows[bc][j]
+            if best >= 1.0 or best + w > 0.0:
+                return None
+            cs = csz[bc]
+            tok = tok_l[g] + Lj / cs
+            if tok <= lim:
+                return best, bc, g, last, w, cs, tok
+            if last > g:
+                G[0] = (best, bc, g + 1, last)
+            else:
+                heappop(G)
+            heappush(blocked, (-(lim - tok_l[g]) * cs, g))
+        return None
+
     start = ns if global_first else 0
     for j, Lj, Ln, mj in zip(range(ns if global_first else 0), L_l, following(0), masks(0)):
         while blocked and -blocked[0][0] >= Lj:
             g = heappop(blocked)[1]
             heappush(G, (load_l[g] - cap_l[g], cls_l[g], g, -1))
-        while mj == every and G:
-            best, bc, g, last = G[0]
-            w = work_rows[bc][j]
-            if best >= 1.0 or best + w > 0.0:
-                break
-            cs = csz[bc]
-            tok = tok_l[g] + Lj / cs
-            if tok > lim:  # (put: the top that fails only the tokens waits in blocked; the next top)
-                if last > g:
-                    G[0] = (best, bc, g + 1, last)
-                else:
-                    heappop(G)
-                heappush(blocked, (-(lim - tok_l[g]) * cs, g))
-                continue
-            load_l[g] += w
-            tok_l[g] = tok
-            where_l[j] = g
-            if last < 0:  # a bin in use
-                if tok + Ln / cs > lim:
-                    heappop(G)
-                    heappush(blocked, (-(lim - tok) * cs, g))
-                else:
-                    heapreplace(G, (load_l[g] - cap_l[g], bc, g, -1))
-            else:  # a run's first block: it leaves the run
-                if last > g:
-                    G[0] = (best, bc, g + 1, last)
-                else:
-                    heappop(G)
-                if tok + Ln / cs > lim:
-                    heappush(blocked, (-(lim - tok) * cs, g))
-                else:
-                    heappush(G, (load_l[g] - cap_l[g], bc, g, -1))
-            break
-        if where_l[j] < 0:
+        if mj != every or not G:
             start = j
             break
+        best, bc, g, last = G[0]  # the roomiest bin of all takes it by load and tokens (else retry)
+        w = work_rows[bc][j]
+        cs = csz[bc]
+        tok = tok_l[g] + Lj / cs
+        if best >= 1.0 or best + w > 0.0 or tok > lim:
+            step = retry(j, Lj)
+            if step is None:
+                start = j
+                break
+            best, bc, g, last, w, cs, tok = step
+        load_l[g] += w
+        tok_l[g] = tok
+        where_l[j] = g
+        if last < 0:  # a bin in use
+            if tok + Ln / cs > lim:
+                heappop(G)
+                heappush(blocked, (-(lim - tok) * cs, g))
+            else:
+                heapreplace(G, (load_l[g] - cap_l[g], bc, g, -1))
+        else:  # a run's first block: it leaves the run
+            if last > g:
+                G[0] = (best, bc, g + 1, last)
+            else:
+                heappop(G)
+            if tok + Ln / cs > lim:
+                heappush(blocked, (-(lim - tok) * cs, g))
+            else:
+                heappush(G, (load_l[g] - cap_l[g], bc, g, -1))
 
     def class_heaps() -> None:
         """The class heaps and tops of the global heap's entries, each run's blocks one by one (sorted: each
