@@ -336,7 +336,8 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
         # attention); where it fell short and a group ends above its capacity, the group gives its fill
         # sequences back and they go to fill-class bins (none did on the shipped scenarios).
         where = np.asarray(where_l, dtype=np.int64)
-        cls_w = np.asarray(cls_l, dtype=np.int64)[where]
+        grown = len(cls_l) > len(cls_a)  # (new microbatches added bins: the lists hold them, the arrays not)
+        cls_w = (np.asarray(cls_l, dtype=np.int64) if grown else cls_a)[where]
         other_a = np.flatnonzero(cls_w != fc)
         if other_a.size:
             oc = cls_w[other_a]
@@ -344,19 +345,23 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
                               np.asarray([u for _, u in classes], dtype=np.int64)[oc])
             loads = np.asarray(load_l, dtype=np.float64)
             np.add.at(loads, where[other_a], exact - work[oc, other_a])  # in sequence order, as one by one
-            load_l = loads.tolist()
             g_o = where[other_a]
-            back_a = other_a[(loads > np.asarray(cap_l) * (1 + 1e-12))[g_o]]
+            back_a = other_a[(loads > (np.asarray(cap_l) if grown else cap_a) * (1 + 1e-12))[g_o]]
             back = back_a.tolist()
-            if back:  # some group is over (rare): its sequences leave at their exact work
-                for j, x in zip(other_a.tolist(), exact.tolist()):
-                    work_l[cls_l[where_l[j]], j] = x
+            if not back:  # (the common case: the arrays are the result)
+                return Filled(np.concatenate([mb_a, np.asarray(new_mb, dtype=np.int64)]),
+                              np.concatenate([first_a, np.asarray(new_first, dtype=np.int64)]), loads, where,
+                              n_global)
+            load_l = loads.tolist()
+            # some group is over (rare): its sequences leave at their exact work
+            for j, x in zip(other_a.tolist(), exact.tolist()):
+                work_l[cls_l[where_l[j]], j] = x
             for j in back:
                 g, c = where_l[j], cls_l[where_l[j]]
                 load_l[g] -= work_l[c, j]
                 tok_l[g] -= L_l[j] / csz[c]
                 where_l[j] = -1
-            if back and G:  # (still in global mode: the class heaps first)
+            if G:  # (still in global mode: the class heaps first)
                 class_heaps()
                 G.clear()
             for j in back:
