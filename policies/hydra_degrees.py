@@ -97,11 +97,14 @@ def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec,
     Heavy sequences, alone in their groups, keep their own best. Returns per item the engines, exact shares and
     group overheads by (c, u); what every item prices is priced in one call (the same numbers)."""
     plans = [_engines_unpriced(sizes, heavy, job, cp_engine, pricer) for sizes, _, heavy, _ in items]
-    pos, rows = [], []
+    pos, rows, at = [], [], []  # (at: where each item's options' work starts in the one call's result)
+    n = 0
     for (members, reps, reps_rows, *_), (sizes, u_seq, heavy, _) in zip(plans, items):
+        at.append(n)
         if reps is not None:
             pos.append(reps)
             rows.append(reps_rows)
+            n += len(reps)
         rest = np.ones(len(lengths), dtype=bool)  # (what no engine choice covers: priced at its own engine)
         for m in members.values():
             rest[m] = False
@@ -109,10 +112,11 @@ def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec,
         if r.size:
             pos.append(r)
             rows.append(pricer.option_rows(sizes[r], u_seq[r]))
-    if len(pos) > 1:
-        pricer.work_at_rows(np.concatenate(pos), np.concatenate(rows))
-    return [_engines_priced(p, sizes, u_seq, heavy, lengths, tau, pricer)
-            for p, (sizes, u_seq, heavy, tau) in zip(plans, items)]
+            n += len(r)
+    w_all = pricer.work_at_rows(np.concatenate(pos), np.concatenate(rows)) if pos else np.zeros(0)
+    return [_engines_priced(p, sizes, u_seq, heavy, lengths, tau, pricer,
+                            None if p[1] is None else w_all[a:a + len(p[1])])
+            for p, (sizes, u_seq, heavy, tau), a in zip(plans, items, at)]
 
 
 def _engines_unpriced(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_engine: str, pricer: Pricer) -> tuple:
@@ -143,13 +147,13 @@ def _engines_unpriced(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_eng
 
 
 def _engines_priced(plan: tuple, sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, lengths: np.ndarray,
-                    tau: float, pricer: Pricer):
-    """:func:`planning_engines_many` for one item from its unpriced part."""
+                    tau: float, pricer: Pricer, w: np.ndarray | None):
+    """:func:`planning_engines_many` for one item from its unpriced part and ``w``, its options' work (priced)."""
     members, reps, reps_rows, opt_c, opt_u, counts = plan
     u_seq = u_seq.copy()
     keys: set[int] = set()  # the (size, u) pairs the sequences end up with
     if opt_c:
-        w = pricer.work_at_rows(reps, reps_rows)
+        assert w is not None
         o = pricer.overhead(np.asarray(opt_c, dtype=np.int64), np.asarray(opt_u, dtype=np.int64)).tolist()
         n_of = np.asarray(counts, dtype=np.int64)
         starts = np.cumsum(n_of) - n_of

@@ -136,15 +136,16 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     gid = np.full(len(filled.mb), -1, dtype=np.int64)
     gid[:nb0] = np.arange(nb0)
     gid[used] = nb0 + np.arange(len(used))
-    keep = np.r_[np.arange(nb0), used].astype(np.int64)
+    keep = np.concatenate([np.arange(nb0, dtype=np.int64), used])
     seq_group = np.full(len(lengths), -1, dtype=np.int64)
-    a_pos = [i for bn in bins for i in bn.seqs]
-    a_grp = [g for g, bn in enumerate(bins) for _ in bn.seqs]
-    seq_group[np.asarray(a_pos, dtype=np.int64)] = np.asarray(a_grp, dtype=np.int64)
+    a_pos = np.asarray([i for bn in bins for i in bn.seqs], dtype=np.int64)
+    seq_group[a_pos] = np.repeat(np.arange(nb0, dtype=np.int64), [len(bn.seqs) for bn in bins])
     seq_group[small] = gid[where]
-    placed = np.r_[np.asarray(a_pos, dtype=np.int64), small]  # placement order
+    placed = np.concatenate([a_pos, small])  # placement order
     return Layout(mb=filled.mb[keep], first=filled.first[keep],
-                  size=np.r_[np.asarray([bn.size for bn in bins], dtype=np.int64), np.full(len(used), fill[0])],
-                  u=np.r_[np.asarray([bn.u for bn in bins], dtype=np.int64), np.full(len(used), fill[1])],
+                  size=np.concatenate([np.asarray([bn.size for bn in bins], dtype=np.int64),
+                                       np.full(len(used), fill[0], dtype=np.int64)]),
+                  u=np.concatenate([np.asarray([bn.u for bn in bins], dtype=np.int64),
+                                    np.full(len(used), fill[1], dtype=np.int64)]),
                   load=filled.load[keep], seq_group=seq_group, placed=placed, caps=list(pk.caps),
                   heavy_mbs=heavy_mbs, slow=slowdown)
