@@ -5,7 +5,8 @@ microbatch is a bin of the fill class's overhead and no tokens, next to phase A'
 (:mod:`policies.hydra_bins`). Each sequence takes the roomiest bin over the classes it may use (its work
 re-priced at that class's size and engine: a short document may ride in the spare capacity of a long sequence's
 group), provided load and tokens fit. The bins sit first in one heap of room over every class (global mode: the
-same pick, one heap step per sequence) and, from the first sequence that needs more (a class ruled out for it, a
+same pick, one heap step per sequence; a microbatch's untaken free blocks one entry until they are taken) and,
+from the first sequence that needs more (a class ruled out for it, a
 class to pass over, a new microbatch), in one max-heap of room per class (each bin in exactly one heap: an
 update is one ``heapreplace``, no entry goes stale). A top that fails only the token check waits in a heap keyed by
 the longest sequence it can still take and returns when a short enough one comes (a bin that the next sequence
@@ -20,8 +21,8 @@ may use (screened once by the estimate; at most log2 W + 2 sizes × engines).
 from __future__ import annotations
 
 import heapq
-from itertools import islice, repeat
 from collections.abc import Callable
+from itertools import islice, repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -221,6 +222,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     gby = np.lexsort((heads, cls_a[heads], keys_a[heads]))
     G = list(zip(keys_a[heads[gby]].tolist(), cls_a[heads[gby]].tolist(), heads[gby].tolist(),
                  lasts[gby].tolist()))  # sorted: a heap
+
     def retry(j: int, Lj: float) -> tuple | None:
         """The global step from the same state where its first top fails: a top that fails only the tokens
         waits in ``blocked`` and the next is tried; None where a top fails the load or none is left (the class

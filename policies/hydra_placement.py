@@ -54,10 +54,10 @@ class Layout:
 
 def _by_share(pos: np.ndarray, shares: np.ndarray, order_key: np.ndarray) -> np.ndarray:
     """``pos`` by share, largest first, ties by ``order_key``: ``pos[np.lexsort((order_key[pos], -shares[pos]))]``
-    in one sort of complex keys (−share + i·key: numpy orders complex numbers by real part, then imaginary
-    part; the keys are distinct, so any sort gives that order; 1.7× faster than the lexsort's two stable
-    passes at a fill's 1,789 sequences), where every key is a whole number a float holds exactly. The keys
-    are distinct (sequence ids)."""
+    in one sort of complex keys −share + i·key (numpy orders complex numbers by real part, then imaginary part;
+    the keys are distinct sequence ids, so any sort gives that order; faster than the lexsort's two stable
+    passes: ≈ 105 against ≈ 180 µs at a fill's 1,789 sequences), where every key is a whole number a float
+    holds exactly (else the lexsort)."""
     key = order_key[pos]
     if len(pos) < 2 or int(np.abs(key).max()) >= 1 << 53:
         return pos[np.lexsort((key, -shares[pos]))]
