@@ -110,11 +110,11 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     # heapreplace and no entry goes stale); each sequence takes the roomiest top over the classes that fit it.
     # A top that fails only the token budget waits in ``blocked`` (keyed by the longest sequence it can still
     # take) and returns to its heap once a short enough sequence comes.
-    cls_l = cls_a.tolist()
+    cls_l = cls + [ci[fill]] * nfree  # (the free blocks' entries one shared value each until taken)
     new_mb: list[int] = []  # microbatch and first rank of the bins new microbatches add (after mb_a, first_a)
     new_first: list[int] = []
     cap_l = cap_a.tolist()
-    load_l, tok_l = load_a.tolist(), tok_a.tolist()
+    load_l, tok_l = load + [ovh_f] * nfree, tok + [0.0] * nfree
     csz = [float(c) for c, _ in classes]
     nc = len(classes)
     keys_a = load_a - cap_a
