@@ -66,6 +66,10 @@ def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.nda
     dc_lv = [dc[(1 << lv) - 1:(2 << lv) - 1] for lv in range(L)]
     idx = np.empty((m, W), dtype=np.int64)
     for k in range(m):
+        if k == 0:  # nothing carried yet: every slot difference 0, so no node swaps (the identity)
+            idx[0] = np.arange(W)
+            total += loads[0]
+            continue
         for x, out in sums:
             np.add.reduce(x, axis=1, out=out)
         carried[W - 2:] = total
