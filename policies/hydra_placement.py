@@ -52,14 +52,25 @@ class Layout:
         return out
 
 
-def _by_share(pos: np.ndarray, shares: np.ndarray, order_key: np.ndarray) -> np.ndarray:
-    """``pos`` by share, largest first, ties by ``order_key``: ``pos[np.lexsort((order_key[pos], -shares[pos]))]``
-    in one sort of complex keys −share + i·key (numpy orders complex numbers by real part, then imaginary part;
-    the keys are distinct sequence ids, so any sort gives that order; faster than the lexsort's two stable
-    passes: ≈ 105 against ≈ 180 µs at a fill's 1,789 sequences), where every key is a whole number a float
-    holds exactly (else the lexsort)."""
-    key = order_key[pos]
-    if len(pos) < 2 or int(np.abs(key).max()) >= 1 << 53:
+def _by_share(pos: np.ndarray, shares: np.ndarray, order_key: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``pos`` by share, largest first, ties by ``order_key``: ``pos[np.lexsort((order_key[pos], -shares[pos]))]``.
+    The fill's sequences share one class, so a share is a function of the length: where it rises strictly with
+    the length here (checked), longest first with ties by key is that order, and one sort of a 63-bit key
+    (length, then key) gives it (≈ 4× faster than the lexsort's two stable passes at a fill's 1,789 sequences).
+    Else one sort of complex keys −share + i·key (numpy orders complex numbers by real part, then imaginary
+    part) where every key is a whole number a float holds exactly, else the lexsort. The keys are distinct
+    (sequence ids), so any sort gives the one order."""
+    if len(pos) < 2:
+        return pos
+    key, L = order_key[pos], lengths[pos]
+    k_lo, span = int(key.min()), int(key.max()) - int(key.min()) + 1
+    l_hi = int(L.max())
+    if span.bit_length() + (l_hi - int(L.min()) + 1).bit_length() <= 62:
+        by = pos[np.argsort((l_hi - L) * span + (key - k_lo))]  # (distinct: any sort)
+        s, Ls = shares[by], lengths[by]
+        if bool(((s[1:] < s[:-1]) | ((s[1:] == s[:-1]) & (Ls[1:] == Ls[:-1]))).all()):
+            return by
+    if int(np.abs(key).max()) >= 1 << 53:
         return pos[np.lexsort((key, -shares[pos]))]
     z = np.empty(len(pos), dtype=np.complex128)
     z.real = -shares[pos]
@@ -125,7 +136,7 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
         if prune is not None and prune([b.mb for b in pk.bins], [b.load for b in pk.bins], pk.caps, heavy_mbs):
             return None
     # Phase B: the fill (hydra_fill), then the groups: phase A's bins and every free block that took a sequence.
-    small = _by_share(np.flatnonzero(is_fill), shares, order_key)
+    small = _by_share(np.flatnonzero(is_fill), shares, order_key, lengths)
     bins = pk.bins
     nb0 = len(bins)
     filled = fill_phase(pk, small, lengths, shares, fill, fill_work, fill_lower, fill_estimate)

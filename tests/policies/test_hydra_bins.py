@@ -88,16 +88,23 @@ def test_all_free_blocks_is_each_microbatchs_free_blocks(seed: int, slow: bool, 
         assert mb.dtype == first.dtype == np.int64 and cap.dtype == np.float64
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(12))
 def test_the_fill_order_is_the_lexsort(seed: int) -> None:
-    """Shares with many ties (rounded), zeros of both signs, ids in any order (some negative, some beyond
-    what a float holds exactly: the lexsort itself then): largest share first, ties by id."""
+    """Largest share first, ties by id, on every path: shares a rising function of the length with repeated
+    lengths (the one-key sort), shares that tie across lengths or fall with them (the complex sort), ids past
+    what a float holds exactly (the lexsort itself); ids in any order, some negative, shares of both signed
+    zeros."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 400))
-    shares = np.round(rng.lognormal(0.0, 1.0, 2 * n), 1) * rng.choice([1.0, 0.0, -0.0], 2 * n, p=[0.8, 0.1, 0.1])
+    n = int(rng.integers(2, 400))
+    lengths = rng.integers(1, 60, 2 * n) * 100
+    path = seed % 3
+    if path == 0:  # a rising function of the length
+        shares = 1e-4 * lengths.astype(np.float64) ** 1.5
+    else:  # ties across lengths and zeros of both signs
+        shares = np.round(rng.lognormal(0.0, 1.0, 2 * n), 1) * rng.choice([1.0, 0.0, -0.0], 2 * n, p=[0.8, 0.1, 0.1])
     ids = rng.permutation(2 * n).astype(np.int64) * 7 - n
     if seed % 4 == 3:
         ids[0] = (1 << 60) + 1  # (past 2^53: the lexsort path)
     pos = np.sort(rng.choice(2 * n, n, replace=False))
     want = pos[np.lexsort((ids[pos], -shares[pos]))]
-    assert _by_share(pos, shares, ids).tolist() == want.tolist()
+    assert _by_share(pos, shares, ids, lengths).tolist() == want.tolist()
