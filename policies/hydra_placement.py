@@ -56,7 +56,7 @@ def _by_share(pos: np.ndarray, shares: np.ndarray, order_key: np.ndarray, length
     """``pos`` by share, largest first, ties by ``order_key``: ``pos[np.lexsort((order_key[pos], -shares[pos]))]``.
     The fill's sequences share one class, so a share is a function of the length: where it rises strictly with
     the length here (checked), longest first with ties by key is that order, and one sort of a 63-bit key
-    (length, then key) gives it (≈ 4× faster than the lexsort's two stable passes at a fill's 1,789 sequences).
+    (length, then key) gives it (51 µs against the lexsort's 91 µs at the benchmark cell's 1,789 sequences).
     Else one sort of complex keys −share + i·key (numpy orders complex numbers by real part, then imaginary
     part) where every key is a whole number a float holds exactly, else the lexsort. The keys are distinct
     (sequence ids), so any sort gives the one order."""
