@@ -69,7 +69,6 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     first_a = np.concatenate([np.asarray([b.first for b in bins], dtype=np.int64), f_first])
     cap_a = np.concatenate([np.asarray([b.cap for b in bins], dtype=np.float64), f_cap])
     load_a = np.concatenate([np.asarray(load, dtype=np.float64), np.full(nfree, ovh_f)])
-    tok_a = np.concatenate([np.asarray(tok, dtype=np.float64), np.zeros(nfree)])
     cls_a = np.concatenate([np.asarray(cls, dtype=np.int64), np.full(nfree, ci[fill], dtype=np.int64)])
     csize = np.asarray([c for c, _ in classes], dtype=np.float64)
 
@@ -294,6 +293,12 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
         tops[:] = [h[0][0] if h else inf for h in heaps]
 
     n_global = start
+
+    def filled(loads: np.ndarray, where: np.ndarray) -> Filled:
+        """The result: every bin (those of new microbatches after the rest) with these loads and places."""
+        return Filled(np.concatenate([mb_a, np.asarray(new_mb, dtype=np.int64)]),
+                      np.concatenate([first_a, np.asarray(new_first, dtype=np.int64)]), loads, where, n_global)
+
     if start < ns:
         class_heaps()
         G.clear()
@@ -351,9 +356,7 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
             back_a = other_a[(loads > (np.asarray(cap_l) if grown else cap_a) * (1 + 1e-12))[g_o]]
             back = back_a.tolist()
             if not back:  # (the common case: the arrays are the result)
-                return Filled(np.concatenate([mb_a, np.asarray(new_mb, dtype=np.int64)]),
-                              np.concatenate([first_a, np.asarray(new_first, dtype=np.int64)]), loads, where,
-                              n_global)
+                return filled(loads, where)
             load_l = loads.tolist()
             # some group is over (rare): its sequences leave at their exact work
             for j, x in zip(other_a.tolist(), exact.tolist()):
@@ -368,6 +371,4 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
                 G.clear()
             for j in back:
                 put(j, (fc,))
-    return Filled(np.concatenate([mb_a, np.asarray(new_mb, dtype=np.int64)]),
-                  np.concatenate([first_a, np.asarray(new_first, dtype=np.int64)]),
-                  np.asarray(load_l, dtype=np.float64), np.asarray(where_l, dtype=np.int64), n_global)
+    return filled(np.asarray(load_l, dtype=np.float64), np.asarray(where_l, dtype=np.int64))

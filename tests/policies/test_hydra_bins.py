@@ -90,10 +90,9 @@ def test_all_free_blocks_is_each_microbatchs_free_blocks(seed: int, slow: bool, 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_the_fill_order_is_the_lexsort(seed: int) -> None:
-    """Largest share first, ties by id, on every path: shares a rising function of the length with repeated
-    lengths (the one-key sort), shares that tie across lengths or fall with them (the complex sort), ids past
-    what a float holds exactly (the lexsort itself); ids in any order, some negative, shares of both signed
-    zeros."""
+    """Largest share first, ties by id, on both paths: shares a rising function of the length with repeated
+    lengths (the one-key sort), shares that tie across lengths or fall with them, or ids too far apart for one
+    63-bit key (the lexsort itself); ids in any order, some negative, shares of both signed zeros."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 400))
     lengths = rng.integers(1, 60, 2 * n) * 100
@@ -104,7 +103,7 @@ def test_the_fill_order_is_the_lexsort(seed: int) -> None:
         shares = np.round(rng.lognormal(0.0, 1.0, 2 * n), 1) * rng.choice([1.0, 0.0, -0.0], 2 * n, p=[0.8, 0.1, 0.1])
     ids = rng.permutation(2 * n).astype(np.int64) * 7 - n
     if seed % 4 == 3:
-        ids[0] = (1 << 60) + 1  # (past 2^53: the lexsort path)
+        ids[0] = (1 << 60) + 1  # (too far apart for one 63-bit key: the lexsort path)
     pos = np.sort(rng.choice(2 * n, n, replace=False))
     want = pos[np.lexsort((ids[pos], -shares[pos]))]
     assert _by_share(pos, shares, ids, lengths).tolist() == want.tolist()
