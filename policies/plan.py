@@ -82,23 +82,13 @@ class CPGroup:
         return len(self.ranks)
 
     @classmethod
-    def of(cls, ranks: tuple[int, ...], seq_ids: tuple[int, ...], engine: Engine) -> CPGroup:
-        """``CPGroup(ranks, seq_ids, engine)`` without the frozen dataclass's three ``object.__setattr__`` calls
-        (its slots written through their descriptors: about 3× faster; policies that build thousands of groups
-        per plan use it). The same object: a CPGroup has no checks of its own to skip (the plan validator
-        checks plans)."""
-        group = object.__new__(cls)
-        _SET_RANKS(group, ranks)
-        _SET_SEQ_IDS(group, seq_ids)
-        _SET_ENGINE(group, engine)
-        return group
-
-    @classmethod
     def many(cls, ranks: Sequence[tuple[int, ...]], seq_ids: Sequence[tuple[int, ...]],
              engines: Sequence[Engine]) -> list[CPGroup]:
-        """``[CPGroup.of(r, s, e) for r, s, e in zip(ranks, seq_ids, engines)]`` with no Python call per group:
-        the objects made, then each slot written, by ``map`` over C callables (about 1.5× faster than
-        :meth:`of` in a loop)."""
+        """``[CPGroup(r, s, e) for r, s, e in zip(ranks, seq_ids, engines)]`` without the frozen dataclass's
+        three ``object.__setattr__`` calls per group and with no Python call per group: the objects made, then
+        each slot written through its descriptor, by ``map`` over C callables (policies that build thousands of
+        groups per plan use it). The same objects: a CPGroup has no checks of its own to skip (the plan
+        validator checks plans)."""
         if not len(ranks) == len(seq_ids) == len(engines):
             raise ValueError(f"CPGroup.many: {len(ranks)} rank tuples, {len(seq_ids)} sequence tuples and "
                              f"{len(engines)} engines; one of each per group")

@@ -414,17 +414,17 @@ def test_budget_option_overrides_the_cost_model() -> None:
     assert plan.meta["max_tokens_per_rank"] == 6000
 
 
-def test_cpgroup_of_is_the_dataclass() -> None:
-    """CPGroup.of (the fast constructor HyDra's assembly uses) builds the same frozen object as CPGroup(...)."""
+def test_cpgroup_many_builds_the_dataclass() -> None:
+    """CPGroup.many (the fast constructor HyDra's assembly uses) builds the same frozen object as CPGroup(...)."""
     import dataclasses
     import pickle
 
     from dcpsim.policies.plan import CPGroup, Engine
     e = Engine("hybrid", 2, 2)
-    a, b = CPGroup.of((4, 5, 6, 7), (11, 3), e), CPGroup((4, 5, 6, 7), (11, 3), e)
+    (a,), b = CPGroup.many([(4, 5, 6, 7)], [(11, 3)], [e]), CPGroup((4, 5, 6, 7), (11, 3), e)
     assert a == b and hash(a) == hash(b) and repr(a) == repr(b) and a.size == 4
     assert pickle.loads(pickle.dumps(a)) == b and dataclasses.asdict(a) == dataclasses.asdict(b)
-    # CPGroup.of skips __init__: a check added to CPGroup (a __post_init__) must be added to CPGroup.of too
+    # CPGroup.many skips __init__: a check added to CPGroup (a __post_init__) must be added to CPGroup.many too
     assert not hasattr(CPGroup, "__post_init__")
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.ranks = (0,)  # type: ignore[misc]
