@@ -32,6 +32,7 @@ import numbers
 import pkgutil
 import types
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import (TYPE_CHECKING, Any, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints,
                     runtime_checkable)
 
@@ -238,10 +239,11 @@ def register_policy(name: str) -> Callable[[T], T]:
 
 
 def _discover() -> None:
-    from dcpsim import policies
-    for mod in pkgutil.iter_modules(policies.__path__):
+    """Import every module of this package (found beside this file: importing the package itself from here
+    would tie this module and ``policies/__init__`` in an import circle)."""
+    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if not mod.name.startswith("_"):
-            importlib.import_module(f"dcpsim.policies.{mod.name}")
+            importlib.import_module(f"{__package__}.{mod.name}")
 
 
 def available_policies() -> list[str]:
