@@ -12,6 +12,7 @@ import numpy as np
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.flatten import flatten, repeat_groups
 from dcpsim.policies.plan import Engine, Microbatch, Plan
 
 if TYPE_CHECKING:
@@ -77,41 +78,21 @@ def cheapest_ulysses(size: int, us: list[int], cost_model: CostModel, lengths: n
 
 def assign_engines(plan: Plan, kind: str, job: JobSpec, cost_model: CostModel, batch: GlobalBatch) -> Plan:
     """``plan`` with every group's engine replaced by the ``kind`` choice (``auto``: the cheapest (u, r) split of
-    each group under ``cost_model``, priced for all groups and candidates in one vectorised call)."""
+    each group under ``cost_model``, priced for all groups and candidates in one vectorised call on the plan
+    flattened against ``batch``, :func:`dcpsim.policies.flatten.flatten`)."""
     check_engine_choice(kind)
     groups = [g for mb in plan.microbatches for g in mb.groups]
     if kind != "auto":
         chosen = [engine_for(kind, g.size, job) for g in groups]
     else:
-        length_of = dict(zip(np.asarray(batch.seq_ids).tolist(), np.asarray(batch.lengths).tolist()))
-        lens: list[int] = []
-        gids: list[int] = []
-        sizes: list[int] = []
-        us: list[int] = []
-        firsts: list[int] = []
-        owner: list[int] = []
-        members: list[int] = []
-        member_of: list[int] = []
-        for gi, g in enumerate(groups):
-            for u in ulysses_degrees(g.size, job):
-                cand = len(sizes)
-                sizes.append(g.size)
-                us.append(u)
-                firsts.append(g.ranks[0])
-                members.extend(g.ranks)  # the ranks it really lists (a non-contiguous group's links)
-                member_of.extend([cand] * g.size)
-                owner.append(gi)
-                lens.extend(length_of[s] for s in g.seq_ids)
-                gids.extend([cand] * len(g.seq_ids))
-        gb = GroupBatch(np.asarray(lens, dtype=np.int64), np.asarray(gids, dtype=np.int64),
-                        np.asarray(sizes, dtype=np.int64), np.asarray(us, dtype=np.int64),
-                        np.asarray(firsts, dtype=np.int64), np.asarray(members, dtype=np.int64),
-                        np.asarray(member_of, dtype=np.int64))
-        total = cost_model.group_costs(gb).total_s
-        owner_a = np.asarray(owner)
+        fp = flatten(plan, batch)
+        options = [ulysses_degrees(g.size, job) for g in groups]
+        owner = np.repeat(np.arange(len(groups), dtype=np.int64), [len(us) for us in options])
+        us = np.asarray([u for opts in options for u in opts], dtype=np.int64)
+        total = cost_model.group_costs(repeat_groups(fp.groups, owner, us)).total_s
         best_u: dict[int, int] = {}
-        for cand in np.lexsort((np.asarray(us), total, owner_a)):  # per group: cheapest, then smaller u
-            best_u.setdefault(int(owner_a[cand]), int(us[cand]))
+        for cand in np.lexsort((us, total, owner)):  # per group: cheapest, then smaller u
+            best_u.setdefault(int(owner[cand]), int(us[cand]))
         chosen = [engine_from_ulysses(g.size, best_u[gi]) for gi, g in enumerate(groups)]
     it = iter(chosen)
     mbs = tuple(Microbatch(tuple(replace(g, engine=next(it)) for g in mb.groups)) for mb in plan.microbatches)
