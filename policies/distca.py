@@ -36,9 +36,9 @@ import numpy as np
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, assign_engines
-from dcpsim.policies.validate import check_lengths_fit
+from dcpsim.policies.opening import plan_inputs
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
-from dcpsim.policies.registry import check_options, option, register_policy
+from dcpsim.policies.registry import option, register_policy
 from dcpsim.policies.wlb_llm import document_work
 
 if TYPE_CHECKING:
@@ -98,14 +98,10 @@ class DistCA:
     cp_engine: str = option("auto", choices=ENGINE_CHOICES)
     name: ClassVar[str]  # set by @register_policy
 
-    def __post_init__(self) -> None:
-        check_options(self)
-
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
-        W, M = job.pool, cost_model.max_tokens_per_rank()
-        ids, L = np.asarray(batch.seq_ids), np.asarray(batch.lengths, dtype=np.int64)
-        check_lengths_fit("distca", ids, L, W * M,
-                          f"more than the pool of {W} ranks holds at {M} tokens per rank")
+        inp = plan_inputs(self.name, batch, cost_model)
+        W, M, ids, L = job.pool, inp.budget, inp.ids, inp.lengths
+        inp.check_fit(W * M, f"more than the pool of {W} ranks holds at {M} tokens per rank")
         m = microbatch_count(self.num_microbatches, L, cost_model, job.pp)
         F = document_work(L, job)
         target = float(F.sum()) / (W * m) if len(L) else 0.0

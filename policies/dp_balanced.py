@@ -34,10 +34,9 @@ from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_for
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.validate import check_lengths_fit
+from dcpsim.policies.opening import fixed_degree, plan_inputs
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
-from dcpsim.policies.registry import check_options, option, register_policy
-from dcpsim.policies.static_cp import default_degree
+from dcpsim.policies.registry import option, register_policy
 
 if TYPE_CHECKING:
     from dcpsim.traces.batching import GlobalBatch
@@ -126,19 +125,12 @@ class DpBalanced:
     cp_engine: str = option("ring", choices=ENGINE_CHOICES)
     name: ClassVar[str]  # set by @register_policy
 
-    def __post_init__(self) -> None:
-        check_options(self)
-
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
-        budget = int(self.max_seqlen_per_rank or cost_model.max_tokens_per_rank())
-        c = self.cp_size or default_degree(job, budget)
-        if job.pool % c:
-            raise PolicyError(f"dp-balanced: cp_size = {c} must divide the pool size {job.pool}")
+        inp = plan_inputs(self.name, batch, cost_model, self.max_seqlen_per_rank)
+        ids, lengths, budget = inp.ids, inp.lengths, inp.budget
+        c = fixed_degree(self.name, "cp_size", self.cp_size, job, budget)
         dp = job.pool // c
-        ids = np.asarray(batch.seq_ids)
-        lengths = np.asarray(batch.lengths)
-        check_lengths_fit("dp-balanced", ids, lengths, c * budget,
-                          f"over cp_size × budget = {c} × {budget}; raise cp_size or cut the sequence")
+        inp.check_fit(c * budget, f"over cp_size × budget = {c} × {budget}; raise cp_size or cut the sequence")
         groups = dp_balanced_groups(lengths.tolist(), c, dp, budget, self.microbatch_group_size_per_vp_stage,
                                     self.max_num_seqs)
         engine = engine_for(self.cp_engine, c, job, cost_model, np.array([job.context_len]))

@@ -52,9 +52,9 @@ from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.distca import microbatch_count
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_for
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.validate import check_lengths_fit
+from dcpsim.policies.opening import plan_inputs
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
-from dcpsim.policies.registry import check_options, option, register_policy
+from dcpsim.policies.registry import option, register_policy
 from dcpsim.policies.wlb_llm import document_work
 
 if TYPE_CHECKING:
@@ -236,16 +236,12 @@ class FlexSP:
     cp_engine: str = option("hybrid", choices=ENGINE_CHOICES)
     name: ClassVar[str]  # set by @register_policy
 
-    def __post_init__(self) -> None:
-        check_options(self)
-
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
-        W, M = job.pool, cost_model.max_tokens_per_rank()
-        ids, L = np.asarray(batch.seq_ids), np.asarray(batch.lengths, dtype=np.int64)
+        inp = plan_inputs(self.name, batch, cost_model)
+        W, M, ids, L = job.pool, inp.budget, inp.ids, inp.lengths
         blocks = candidate_blocks(W)
         biggest = max(s for s, _ in blocks)
-        check_lengths_fit("flexsp", ids, L, biggest * M,
-                          f"more than the largest group ({biggest} ranks) holds at {M} tokens per rank")
+        inp.check_fit(biggest * M, f"more than the largest group ({biggest} ranks) holds at {M} tokens per rank")
         m = microbatch_count(self.num_microbatches, L, cost_model, job.pp)
         bt_all = block_times(L, blocks, self.cp_engine, job, cost_model, M, self.sizes_per_sequence)
         # LPT on work into m microbatches, each within the pool's tokens.

@@ -1,4 +1,4 @@
-"""Megatron-Core dynamic CP (DESIGN §4.2): the production baseline, as policies ``mcore-dcp`` and
+"""Megatron-Core dynamic CP (docs/policies/mcore-dcp.md): the production baseline, as policies ``mcore-dcp`` and
 ``mcore-dcp-legacy``.
 
 Megatron-Core sizes every sequence's CP degree to fit *memory*: a sequence of L tokens gets at least the
@@ -32,8 +32,9 @@ from dcpsim.policies.engines import ENGINE_CHOICES, assign_engines
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.mcore_scheduler import allowed_sizes, schedule_current
 from dcpsim.policies.mcore_scheduler_legacy import schedule_legacy
+from dcpsim.policies.opening import plan_inputs
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
-from dcpsim.policies.registry import check_options, option, register_policy
+from dcpsim.policies.registry import option, register_policy
 
 if TYPE_CHECKING:
     from dcpsim.traces.batching import GlobalBatch
@@ -141,18 +142,16 @@ class _McoreDCP:
     name: ClassVar[str]  # set by @register_policy
     legacy: ClassVar[bool] = False
 
-    def __post_init__(self) -> None:
-        check_options(self)
+    def __post_init__(self) -> None:  # after the option check (register_policy)
         if self.legacy and self.min_cp_size != 1:
             raise PolicyError(f"{self.name}: min_cp_size = {self.min_cp_size} is invalid: the legacy scheduler "
                               "has no minimum CP size (use 1, or the mcore-dcp policy)")
 
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
-        budget = int(self.max_seqlen_per_rank if self.max_seqlen_per_rank is not None
-                      else cost_model.max_tokens_per_rank())
-        lengths = np.asarray(batch.lengths)
+        inp = plan_inputs(self.name, batch, cost_model, self.max_seqlen_per_rank)
+        budget, lengths = inp.budget, inp.lengths
         groups = schedule_sample_ids(lengths, job.pool, budget, self.min_cp_size, legacy=self.legacy)
-        plan = groups_to_plan(groups, np.asarray(batch.seq_ids).tolist(), lengths.tolist(), job.pool,
+        plan = groups_to_plan(groups, inp.ids.tolist(), lengths.tolist(), job.pool,
                               self.name, max_tokens_per_rank=budget, min_cp_size=self.min_cp_size,
                               memory_checked=not self.legacy, upstream=UPSTREAM[self.legacy],
                               allowed_sizes=allowed_sizes(job.pool, self.min_cp_size))

@@ -1,4 +1,4 @@
-"""Megatron-Core's current dynamic-CP scheduler, re-implemented (DESIGN §4.2).
+"""Megatron-Core's current dynamic-CP scheduler, re-implemented (docs/policies/mcore-dcp.md).
 
 Upstream: NVIDIA/Megatron-LM ``dev`` @d48bd6be, ``DefaultDynamicCPScheduler`` driving
 ``next_hdp_group_packing_aware`` (``megatron/core/datasets/data_schedule{,_utils}.py``). This module is our

@@ -1,8 +1,10 @@
 """The ``Policy`` protocol, the registry of policies by name, and the policies' typed options.
 
 A policy is a frozen dataclass whose fields are its options, decorated with ``@register_policy("name")``; the
-registration alone sets the class's ``name``. Every module in the ``policies`` package is imported on first
-lookup, so adding a policy is one new module and nothing else.
+registration alone sets the class's ``name`` and makes every construction of the class check its options
+(:func:`check_options`, before the class's own ``__post_init__`` if it has one: that is where checks that
+span several options go). Every module in the ``policies`` package is imported on first lookup, so adding a
+policy is one new module and nothing else.
 
 Options are parsed and checked here, in one place, from the fields' annotations, before any planning: a
 field may be ``int``, ``float``, ``bool``, ``str`` or a ``Literal[...]`` of one of them, each optionally
@@ -16,8 +18,7 @@ field may be ``int``, ``float``, ``bool``, ``str`` or a ``Literal[...]`` of one 
         cp_engine: str = option("ring", choices=("ring", "ulysses"))
         degrees: Literal["pow2", "any"] = "pow2"
 
-        def __post_init__(self) -> None:
-            check_options(self)   # the same checks when the class is built directly
+``Mine(tolerance=-1)`` is then a :class:`PolicyError` as much as ``create_policy("mine", tolerance=-1)`` is.
 
 Values written as text (a command line's ``key=value``) are parsed by the same types: ``abc`` for an ``int``
 is an error naming the policy, the option, the value and what is valid, never a traceback.
@@ -26,6 +27,7 @@ is an error naming the policy, the option, the value and what is valid, never a 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import math
 import numbers
@@ -33,8 +35,18 @@ import pkgutil
 import types
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import (TYPE_CHECKING, Any, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints,
-                    runtime_checkable)
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Protocol,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    runtime_checkable,
+)
 
 from dcpsim.policies.errors import PolicyError
 
@@ -199,7 +211,9 @@ def option_types(cls: type) -> dict[str, OptionType]:
 
 
 def check_options(policy: Any) -> None:
-    """Check a built policy's option values against their declared types (call it from ``__post_init__``)."""
+    """Check a built policy's option values against their declared types. A registered policy runs it whenever
+    it is built (:func:`register_policy`); a policy that still calls it from its own ``__post_init__`` runs
+    it twice, with the same result."""
     label = getattr(type(policy), "name", type(policy).__name__)
     for key, ot in option_types(type(policy)).items():
         value = getattr(policy, key)
@@ -214,8 +228,45 @@ _TYPES: dict[str, dict[str, OptionType]] = {}
 T = TypeVar("T", bound=type)
 
 
+def _check_options_when_built(cls: type) -> None:
+    """Make every construction of ``cls`` (direct, :func:`create_policy`, ``dataclasses.replace``) run
+    :func:`check_options` first, then the class's own ``__post_init__`` if it has one.
+
+    A dataclass's generated ``__init__`` calls ``__post_init__`` only if the class had one when it was made, so
+    a class with one gets it wrapped, and a class without one gets its ``__init__`` wrapped. A method that
+    already checks (inherited from a registered class) is left as it is."""
+    post = getattr(cls, "__post_init__", None)
+    if post is not None:
+        if getattr(post, _CHECKS_OPTIONS, False):
+            return
+
+        @functools.wraps(post)
+        def __post_init__(self: Any) -> None:
+            check_options(self)
+            post(self)
+
+        setattr(__post_init__, _CHECKS_OPTIONS, True)
+        cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+        return
+    init = cls.__init__
+    if getattr(init, _CHECKS_OPTIONS, False):
+        return
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        check_options(self)
+
+    setattr(__init__, _CHECKS_OPTIONS, True)
+    cls.__init__ = __init__  # type: ignore[misc]
+
+
+_CHECKS_OPTIONS = "__dcpsim_checks_options__"  # marks a method that runs check_options
+
+
 def register_policy(name: str) -> Callable[[T], T]:
-    """Register a policy class under ``name`` and set its ``name``; its option annotations are checked now."""
+    """Register a policy class under ``name``, set its ``name`` and make each construction check its options
+    (:func:`check_options`, then the class's own ``__post_init__``); its option annotations are checked now."""
     def deco(cls: T) -> T:
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise PolicyError(f"policy name {name!r} is registered twice ({_REGISTRY[name].__name__}, "
@@ -233,6 +284,7 @@ def register_policy(name: str) -> Callable[[T], T]:
                 raise PolicyError(f"policy {name!r} ({cls.__name__}): option {f.name} may be None, so its default "
                                   f"must be None (None means: the default), not {f.default!r}")
         cls.name = name  # type: ignore[attr-defined]  # the registration is the one place a name is set
+        _check_options_when_built(cls)
         _REGISTRY[name] = cls
         return cls
     return deco

@@ -1,4 +1,4 @@
-"""Static CP (DESIGN §4.1): one CP degree c for every sequence.
+"""Static CP (docs/policies/static-cp.md): one CP degree c for every sequence.
 
 The pool is W / c data-parallel replicas. Documents, in data order, are packed first-fit into context windows
 of the job's context length (documents never exceed it: batching already cut longer ones); windows are dealt to
@@ -18,8 +18,9 @@ from dcpsim.cost_models.errors import InfeasibleError
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_for
 from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.opening import fixed_degree, plan_inputs
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
-from dcpsim.policies.registry import check_options, option, register_policy
+from dcpsim.policies.registry import option, register_policy
 
 if TYPE_CHECKING:
     from dcpsim.traces.batching import GlobalBatch
@@ -44,15 +45,6 @@ def pack_first_fit(lengths: np.ndarray, capacity: int) -> list[list[int]]:
     return bins
 
 
-def default_degree(job: JobSpec, budget: int) -> int:
-    """The smallest divisor c of the pool with context_len / c ≤ the per-rank budget."""
-    for c in range(1, job.pool + 1):
-        if job.pool % c == 0 and job.context_len / c <= budget:
-            return c
-    raise InfeasibleError(f"a context window of {job.context_len} tokens does not fit even on the whole pool "
-                          f"of {job.pool} ranks at {budget} tokens per rank")
-
-
 @register_policy("static-cp")
 @dataclass(frozen=True)
 class StaticCP:
@@ -62,20 +54,15 @@ class StaticCP:
     cp_engine: str = option("ring", choices=ENGINE_CHOICES)
     name: ClassVar[str]  # set by @register_policy
 
-    def __post_init__(self) -> None:
-        check_options(self)
-
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
-        budget = cost_model.max_tokens_per_rank()
-        c = self.cp_degree or default_degree(job, budget)
-        if job.pool % c:
-            raise PolicyError(f"cp_degree = {c} must divide the pool size {job.pool}")
+        inp = plan_inputs(self.name, batch, cost_model)
+        budget = inp.budget
+        c = fixed_degree(self.name, "cp_degree", self.cp_degree, job, budget)
         if job.context_len / c > budget:
             raise InfeasibleError(f"cp_degree = {c}: a context window of {job.context_len} tokens puts "
                                   f"{job.context_len / c:.0f} tokens on a rank, over the budget of {budget}")
-        ids = np.asarray(batch.seq_ids)
-        lengths = np.asarray(batch.lengths)
-        windows = pack_first_fit(lengths, job.context_len)
+        ids = inp.ids
+        windows = pack_first_fit(inp.lengths, job.context_len)
         replicas = job.pool // c
         engine = engine_for(self.cp_engine, c, job, cost_model, np.array([job.context_len]))
         mbs = []

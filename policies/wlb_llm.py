@@ -40,10 +40,9 @@ from dcpsim.cost_models.flops import attention_fwd_flops, linear_fwd_flops_per_t
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_for
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.validate import check_lengths_fit
+from dcpsim.policies.opening import fixed_degree, plan_inputs
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
-from dcpsim.policies.registry import check_options, option, register_policy
-from dcpsim.policies.static_cp import default_degree
+from dcpsim.policies.registry import option, register_policy
 
 if TYPE_CHECKING:
     from dcpsim.traces.batching import GlobalBatch
@@ -108,18 +107,12 @@ class WlbLLM:
     cp_engine: str = option("ring", choices=ENGINE_CHOICES)
     name: ClassVar[str]  # set by @register_policy
 
-    def __post_init__(self) -> None:
-        check_options(self)
-
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
-        budget = cost_model.max_tokens_per_rank()
-        c = self.cp_degree or default_degree(job, budget)
-        if job.pool % c:
-            raise PolicyError(f"wlb-llm: cp_degree = {c} must divide the pool size {job.pool}")
+        inp = plan_inputs(self.name, batch, cost_model)
+        ids, L, budget = inp.ids, inp.lengths, inp.budget
+        c = fixed_degree(self.name, "cp_degree", self.cp_degree, job, budget)
         R, cap = job.pool // c, c * budget
-        ids, L = np.asarray(batch.seq_ids), np.asarray(batch.lengths, dtype=np.int64)
-        check_lengths_fit("wlb-llm", ids, L, cap,
-                          f"over cp_degree × budget = {c} × {budget}; raise cp_degree")
+        inp.check_fit(cap, f"over cp_degree × budget = {c} × {budget}; raise cp_degree")
         total = float(L.sum())
         m = self.num_microbatches or max(1, math.ceil(total / (R * job.context_len)), math.ceil(total / (R * cap)))
         work = document_work(L, job)
