@@ -19,7 +19,7 @@ from tests.conftest import small_job
 def test_work_is_attention_plus_linear_flops() -> None:
     job = small_job()
     m = job.model
-    # causal forward attention 2·L²·d·a FLOPs (DESIGN §5) + linear FLOPs per token · L
+    # causal forward attention 2·L²·d·a FLOPs (docs/cost_model.md) + linear FLOPs per token · L
     L = 4096
     want = 2 * L * L * m.head_dim * m.heads + L * linear_fwd_flops_per_token(m)
     assert document_work(np.array([L]), job)[0] == pytest.approx(want, rel=1e-12)
