@@ -130,7 +130,8 @@ class DpBalanced:
         ids, lengths, budget = inp.ids, inp.lengths, inp.budget
         c = fixed_degree(self.name, "cp_size", self.cp_size, job, budget)
         dp = job.pool // c
-        inp.check_fit(c * budget, f"over cp_size × budget = {c} × {budget}; raise cp_size or cut the sequence")
+        inp.check_fit(c * budget,
+                      f"over cp_size × budget = {c} × {budget}; raise cp_size or cut the sequence")
         groups = dp_balanced_groups(lengths.tolist(), c, dp, budget, self.microbatch_group_size_per_vp_stage,
                                     self.max_num_seqs)
         engine = engine_for(self.cp_engine, c, job, cost_model, np.array([job.context_len]))

@@ -61,7 +61,8 @@ class FlatPlan:
 
 
 def flatten(plan: Plan, batch: GlobalBatch) -> FlatPlan:
-    """``plan``'s groups, members and sequences as arrays, lengths looked up in ``batch`` (module docstring)."""
+    """``plan``'s groups, members and sequences as arrays, lengths looked up in ``batch`` (the order of every
+    array: the module docstring)."""
     ids = np.asarray(batch.seq_ids, dtype=np.int64)
     lengths = np.asarray(batch.lengths, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
@@ -104,10 +105,10 @@ def flatten(plan: Plan, batch: GlobalBatch) -> FlatPlan:
 
 
 def repeat_groups(groups: GroupBatch, owner: np.ndarray, ulysses: np.ndarray | None = None) -> GroupBatch:
-    """A GroupBatch whose group k is a copy of ``groups``' group ``owner[k]`` (same sequences in the same order,
-    size, first rank and members), with inner Ulysses degree ``ulysses[k]`` where given: the candidates of
-    several groups priced in one cost-model call. ``owner`` must be non-decreasing (candidates in group order),
-    and ``groups``' sequences and members must be in group order, as :func:`flatten` makes them."""
+    """A GroupBatch whose group k is a copy of ``groups``' group ``owner[k]`` (the same sequences in the same
+    order, size, first rank and members), with inner Ulysses degree ``ulysses[k]`` where given: the
+    candidates of several groups priced in one cost-model call. ``owner`` must be non-decreasing (candidates
+    in group order), and ``groups``' sequences and members in group order, as :func:`flatten` makes them."""
     owner = np.asarray(owner, dtype=np.int64)
     seq_start = np.searchsorted(groups.seq_group, np.arange(groups.num_groups + 1))
     seq_idx = _concat_ranges(seq_start[owner], seq_start[owner + 1])
@@ -117,9 +118,10 @@ def repeat_groups(groups: GroupBatch, owner: np.ndarray, ulysses: np.ndarray | N
         m_start = np.searchsorted(groups.member_group, np.arange(groups.num_groups + 1))
         member_rank = groups.member_rank[_concat_ranges(m_start[owner], m_start[owner + 1])]
         member_group = np.repeat(np.arange(len(owner), dtype=np.int64), groups.size[owner])
+    inner = groups.ulysses[owner] if ulysses is None else np.asarray(ulysses, dtype=np.int64)
     return GroupBatch(seq_len=groups.seq_len[seq_idx], seq_group=seq_cand, size=groups.size[owner],
-                      ulysses=groups.ulysses[owner] if ulysses is None else np.asarray(ulysses, dtype=np.int64),
-                      first_rank=groups.first_rank[owner], member_rank=member_rank, member_group=member_group)
+                      ulysses=inner, first_rank=groups.first_rank[owner], member_rank=member_rank,
+                      member_group=member_group)
 
 
 def _concat_ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:

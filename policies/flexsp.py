@@ -241,7 +241,8 @@ class FlexSP:
         W, M, ids, L = job.pool, inp.budget, inp.ids, inp.lengths
         blocks = candidate_blocks(W)
         biggest = max(s for s, _ in blocks)
-        inp.check_fit(biggest * M, f"more than the largest group ({biggest} ranks) holds at {M} tokens per rank")
+        inp.check_fit(biggest * M,
+                      f"more than the largest group ({biggest} ranks) holds at {M} tokens per rank")
         m = microbatch_count(self.num_microbatches, L, cost_model, job.pp)
         bt_all = block_times(L, blocks, self.cp_engine, job, cost_model, M, self.sizes_per_sequence)
         # LPT on work into m microbatches, each within the pool's tokens.

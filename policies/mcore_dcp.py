@@ -1,5 +1,5 @@
-"""Megatron-Core dynamic CP (docs/policies/mcore-dcp.md): the production baseline, as policies ``mcore-dcp`` and
-``mcore-dcp-legacy``.
+"""Megatron-Core dynamic CP (docs/policies/mcore-dcp.md): the production baseline, as policies
+``mcore-dcp`` and ``mcore-dcp-legacy``.
 
 Megatron-Core sizes every sequence's CP degree to fit *memory*: a sequence of L tokens gets at least the
 smallest power of two c with L / c ≤ M tokens per rank, and the scheduler then packs sequences into

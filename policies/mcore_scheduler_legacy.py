@@ -1,4 +1,5 @@
-"""Megatron-Core's legacy dynamic-CP scheduler, re-implemented (docs/policies/mcore-dcp.md, "The legacy scheduler").
+"""Megatron-Core's legacy dynamic-CP scheduler, re-implemented (docs/policies/mcore-dcp.md, "The legacy
+scheduler").
 
 Upstream: NVIDIA/Megatron-LM ``main`` @d98e8a64, ``BalancedCPScheduler.next_hdp_group``
 (``megatron/core/pipeline_parallel/hybrid_cp_schedule.py``). Our own code; on power-of-two pools it returns

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PlanInputs:
-    """The batch of one ``plan()`` call as ``int64`` arrays (``ids[i]`` has ``lengths[i]`` tokens, batch order)
-    and the per-rank token budget the plan must honour."""
+    """The batch of one ``plan()`` call as ``int64`` arrays (``ids[i]`` has ``lengths[i]`` tokens, in batch
+    order) and the per-rank token budget the plan must honour."""
 
     policy: str
     ids: np.ndarray
@@ -41,11 +41,13 @@ class PlanInputs:
         check_lengths_fit(self.policy, self.ids, self.lengths, cap, reason)
 
 
-def plan_inputs(policy: str, batch: GlobalBatch, cost_model: CostModel, budget: int | None = None) -> PlanInputs:
-    """The opening of ``plan()``: ``batch``'s ids and lengths, and the budget, ``budget`` where the policy has an
-    option that sets it, else ``cost_model.max_tokens_per_rank()`` (what the memory allows)."""
-    return PlanInputs(policy, np.asarray(batch.seq_ids, dtype=np.int64), np.asarray(batch.lengths, dtype=np.int64),
-                      int(budget if budget is not None else cost_model.max_tokens_per_rank()))
+def plan_inputs(policy: str, batch: GlobalBatch, cost_model: CostModel,
+                budget: int | None = None) -> PlanInputs:
+    """The opening of ``plan()``: ``batch``'s ids and lengths, and the budget: ``budget`` where the policy has
+    an option that sets it, else ``cost_model.max_tokens_per_rank()`` (what the memory allows)."""
+    ids = np.asarray(batch.seq_ids, dtype=np.int64)
+    lengths = np.asarray(batch.lengths, dtype=np.int64)
+    return PlanInputs(policy, ids, lengths, int(cost_model.max_tokens_per_rank() if budget is None else budget))
 
 
 def default_degree(job: JobSpec, budget: int) -> int:

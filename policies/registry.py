@@ -232,8 +232,8 @@ def _check_options_when_built(cls: type) -> None:
     """Make every construction of ``cls`` (direct, :func:`create_policy`, ``dataclasses.replace``) run
     :func:`check_options` first, then the class's own ``__post_init__`` if it has one.
 
-    A dataclass's generated ``__init__`` calls ``__post_init__`` only if the class had one when it was made, so
-    a class with one gets it wrapped, and a class without one gets its ``__init__`` wrapped. A method that
+    A dataclass's generated ``__init__`` calls ``__post_init__`` only if the class had one when it was made,
+    so a class with one gets it wrapped, and a class without one gets its ``__init__`` wrapped. A method that
     already checks (inherited from a registered class) is left as it is."""
     post = getattr(cls, "__post_init__", None)
     if post is not None:
@@ -248,7 +248,7 @@ def _check_options_when_built(cls: type) -> None:
         setattr(__post_init__, _CHECKS_OPTIONS, True)
         cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
         return
-    init = cls.__init__
+    init = cls.__init__  # type: ignore[misc]  # the class's own, which the wrapper calls
     if getattr(init, _CHECKS_OPTIONS, False):
         return
 
@@ -266,7 +266,8 @@ _CHECKS_OPTIONS = "__dcpsim_checks_options__"  # marks a method that runs check_
 
 def register_policy(name: str) -> Callable[[T], T]:
     """Register a policy class under ``name``, set its ``name`` and make each construction check its options
-    (:func:`check_options`, then the class's own ``__post_init__``); its option annotations are checked now."""
+    (:func:`check_options`, then the class's own ``__post_init__``); the option annotations are checked
+    now."""
     def deco(cls: T) -> T:
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise PolicyError(f"policy name {name!r} is registered twice ({_REGISTRY[name].__name__}, "

@@ -68,12 +68,13 @@ def test_one_batch_type() -> None:
     assert sorted(found) == [("cost_models/base.py", "GroupBatch"), ("traces/batching.py", "GlobalBatch")]
 
 
-# ---- import cycles ---------------------------------------------------------------------------------------------
+# ---- import cycles -----------------------------------------------------------------------------------------
 PACKAGE_DIRS = {"dcpsim": ROOT / "src" / "dcpsim", **{f"dcpsim.{p}": ROOT / p for p in MAY_IMPORT}}
 
 
 def module_files(package_dirs: dict[str, Path]) -> dict[str, Path]:
-    """Every module of the package by dotted name (``pkg/__init__.py`` is ``pkg``), from pyproject's package-dir."""
+    """Every module of the package by dotted name (``pkg/__init__.py`` is ``pkg``), from pyproject's
+    package-dir."""
     out: dict[str, Path] = {}
     for prefix, folder in package_dirs.items():
         for path in sorted(folder.rglob("*.py")):
@@ -189,7 +190,7 @@ def describe_cycle(cycle: list[str], graph: dict[str, dict[str, int]], files: di
     """``a → b (a.py:12) → a (b.py:40)``: each step with the file and line of the import that makes it; with
     ``component`` (when the circle is only part of it), the line after it names every module tied in."""
     steps = [cycle[0]] + [f"{b} ({files[a].relative_to(ROOT) if files[a].is_relative_to(ROOT) else files[a]}"
-                          f":{graph[a][b]})" for a, b in zip(cycle, cycle[1:])]
+                          f":{graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False)]
     text = " → ".join(steps)
     if component and len(component) > len(cycle) - 1:
         text += f"\n    ({len(component)} modules tied in one circle: {', '.join(component)})"
@@ -226,7 +227,8 @@ def test_cycle_finder_sees_function_level_and_relative_imports(tmp_path: Path) -
 
 
 def test_cycle_finder_passes_a_tree_without_cycles(tmp_path: Path) -> None:
-    _write(tmp_path, {"__init__.py": "from pkg.a import x\n", "a.py": "from .b import y\n", "b.py": "import os\n"})
+    _write(tmp_path, {"__init__.py": "from pkg.a import x\n", "a.py": "from .b import y\n",
+                      "b.py": "import os\n"})
     assert cycle_report({"pkg": tmp_path}) == []
 
 

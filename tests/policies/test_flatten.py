@@ -19,7 +19,8 @@ from tests.conftest import small_job
 def _plan():
     ring = lambda ranks, ids: CPGroup(tuple(ranks), tuple(ids), Engine.for_size("ring", len(ranks)))
     return make_plan("t", 8, [
-        [CPGroup((4, 5, 6, 7), (30, 10), Engine.for_size("hybrid", 4, ulysses=2)), ring([0], [7]), ring([1, 3], [])],
+        [CPGroup((4, 5, 6, 7), (30, 10), Engine.for_size("hybrid", 4, ulysses=2)), ring([0], [7]),
+         ring([1, 3], [])],
         [ring([2, 0], [20, 40, 50])],
     ])
 
@@ -75,11 +76,12 @@ def test_auto_engines_are_each_groups_cheapest_split() -> None:
     plan = make_plan("t", 16, [[ring(range(0, 8), [11]), ring(range(8, 12), [3, 5]), ring([12, 13], [8, 2])],
                                [ring(range(0, 16), [9, 4, 6])]])
     out = assign_engines(plan, "auto", job, cm, batch)
-    length_of = dict(zip(batch.seq_ids.tolist(), batch.lengths.tolist()))
-    for before, after in zip(plan.microbatches, out.microbatches):
-        for g, h in zip(before.groups, after.groups):
+    length_of = dict(zip(batch.seq_ids.tolist(), batch.lengths.tolist(), strict=True))
+    for before, after in zip(plan.microbatches, out.microbatches, strict=True):
+        for g, h in zip(before.groups, after.groups, strict=True):
             assert (h.ranks, h.seq_ids) == (g.ranks, g.seq_ids)
-            alone = engine_for("auto", g.size, job, cm, np.array([length_of[s] for s in g.seq_ids]), g.ranks[0])
+            tokens = np.array([length_of[s] for s in g.seq_ids])
+            alone = engine_for("auto", g.size, job, cm, tokens, g.ranks[0])
             assert h.engine == alone and h.engine.ulysses in ulysses_degrees(g.size, job)
     assert out.meta["cp_engine"] == "auto"
     assert {g.engine.kind for mb in out.microbatches for g in mb.groups if g.size > 1} != {"ring"}
