@@ -264,3 +264,16 @@ def test_vpp_layer_split():
     job = small_job(pp=4, vpp=2)
     assert (job.layers_per_stage, job.layers_per_virtual_stage) == (8, 4)
     assert small_job(pp=4).layers_per_virtual_stage == 8
+
+
+def test_vpp_reaches_the_job_from_the_scenario_and_the_cli(capsys):
+    from dcpsim.experiments.cli import main
+    from dcpsim.experiments.scenario import Scenario
+
+    sc = Scenario().with_(vpp=2)
+    assert sc.job().vpp == 2 and sc.to_dict()["vpp"] == 2
+    assert "vpp" not in Scenario().to_dict()  # V = 1 outputs are those of before the field
+    code = main(["compare", "--vpp", "3", "--policies", "static-cp", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == ["dcpsim compare: error: job.vpp = 3 is invalid: pp · vpp = 12 must divide model.layers = 32"]
