@@ -265,6 +265,9 @@ class JobSpec:
     attention_backend: str | None = None
     # Per-slot compute slow-down factors ≥ 1 (cost_models.stragglers); the default: every rank at full speed.
     stragglers: Stragglers = NO_STRAGGLERS
+    # Virtual stages (model chunks) per pipeline rank: V > 1 runs Megatron's interleaved 1F1B
+    # (--num-virtual-stages-per-pipeline-rank; policies.pipeline_order), each chunk layers / (pp·V) layers.
+    vpp: int = 1
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens", "ep"):
@@ -276,6 +279,11 @@ class JobSpec:
                  f"must divide model.kv_heads = {self.model.kv_heads} or be a multiple of it")
         _require(self.model.layers % self.pp == 0, "job.pp", self.pp,
                  f"must divide model.layers = {self.model.layers}")
+        _require(isinstance(self.vpp, int) and self.vpp >= 1, "job.vpp", self.vpp, "a positive integer")
+        if self.vpp > 1:  # Megatron: interleaving needs pp > 1 and whole layers per virtual stage
+            _require(self.pp >= 2, "job.vpp", self.vpp, f"1 at job.pp = {self.pp} (interleaving needs pp ≥ 2)")
+            _require(self.model.layers % (self.pp * self.vpp) == 0, "job.vpp", self.vpp,
+                     f"pp · vpp = {self.pp * self.vpp} must divide model.layers = {self.model.layers}")
         _require(self.tp <= self.gpu.nvlink_domain and self.gpu.nvlink_domain % self.tp == 0, "job.tp", self.tp,
                  f"must divide gpu.nvlink_domain = {self.gpu.nvlink_domain} (TP stays inside an NVLink domain)")
         _require(self.memory_reserve_gb >= 0, "job.memory_reserve_gb", self.memory_reserve_gb, "≥ 0")
@@ -309,6 +317,11 @@ class JobSpec:
     @property
     def layers_per_stage(self) -> int:
         return self.model.layers // self.pp
+
+    @property
+    def layers_per_virtual_stage(self) -> int:
+        """Layers of one model chunk: layers / (pp · vpp) (= layers_per_stage at vpp = 1)."""
+        return self.model.layers // (self.pp * self.vpp)
 
     @property
     def heads_per_rank(self) -> int:

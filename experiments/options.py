@@ -41,6 +41,9 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                         f"on top of a preset (docs/models.md, 'GPUs and clusters'; default {d.gpu})")
     g.add_argument("--tp", type=positive_int, help=f"tensor-parallel degree; one simulator rank = TP GPUs (default {d.tp})")
     g.add_argument("--pp", type=positive_int, help=f"pipeline stages (default {d.pp})")
+    g.add_argument("--vpp", type=positive_int, metavar="V",
+                   help=f"virtual stages per pipeline rank: V > 1 runs Megatron's interleaved 1F1B "
+                        f"(--num-virtual-stages-per-pipeline-rank; pp · V must divide the layers; default {d.vpp})")
     g.add_argument("--pool", type=positive_int, help=f"ranks per stage, W = DP x CP (default {d.pool})")
     g.add_argument("--context-len", type=positive_int, help=f"context length in tokens; longer documents are cut (default {d.context_len})")
     g.add_argument("--global-batch-tokens", type=positive_int, help=f"tokens per global batch (default {d.global_batch_tokens})")
@@ -93,7 +96,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
 
         base = load_scenario(args.scenario)
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in
-                               ("model", "gpu", "tp", "pp", "pool", "context_len", "global_batch_tokens", "trace",
+                               ("model", "gpu", "tp", "pp", "vpp", "pool", "context_len", "global_batch_tokens", "trace",
                                 "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap", "attention_backend", "ep",
                                 "moe_recompute", "global_batch_seqs", "slow_ranks", "stragglers")}
     changes["max_tokens_per_rank"] = getattr(args, "max_seqlen_per_rank", None)

@@ -32,6 +32,7 @@ class Scenario:
     gpu_spec: dict[str, Any] = field(default_factory=dict)  # a [gpu] table (GPU fields, 'base'); wins over gpu
     tp: int = 1
     pp: int = 4
+    vpp: int = 1  # virtual stages per pipeline rank (V > 1: interleaved 1F1B, policies.pipeline_order)
     pool: int = 16
     context_len: int = 262144
     global_batch_tokens: int = 4 * 1024 * 1024
@@ -65,12 +66,14 @@ class Scenario:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        if self.vpp == 1:  # the non-interleaved default: outputs as before the field existed
+            del d["vpp"]
         d["policies"] = list(self.policies)
         d["num_gpus"] = self.num_gpus
         return d
 
     def job(self) -> JobSpec:
-        return JobSpec(model=get_model(self.model), gpu=self.gpu_object(), tp=self.tp, pp=self.pp, pool=self.pool,
+        return JobSpec(model=get_model(self.model), gpu=self.gpu_object(), tp=self.tp, pp=self.pp, vpp=self.vpp, pool=self.pool,
                        context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
                        memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank,
                        tp_comm_overlap=self.tp_comm_overlap, attention_backend=self.attention_backend, ep=self.ep, moe_recompute=self.moe_recompute,

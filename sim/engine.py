@@ -1,13 +1,23 @@
 """The discrete-event engine: one training iteration of a Plan on p pipeline stages, on simpy.
 
-Semantics (DESIGN §6). Every pool rank of every stage runs its microbatches in non-interleaved 1F1B order,
-skipping microbatches it takes no part in. A CP group's forward (backward) at a stage is one operation of all
-its members: it starts when every member has finished its previous operation on that stage *and* the
-microbatch's activations (gradients) have arrived from the previous (next) stage, the transfer taking
-``pp_transfer_s`` after the producer ends. It lasts the group's compute, times its slowest member's slow-down
-factor at that stage (the job's stragglers, cost_models.stragglers, and the ``slowdown`` argument), plus its
-exposed CP communication. After its last backward, each stage's pool waits for its slowest rank (the DP wait), then runs the gradient sync and the optimizer step; the iteration ends when every stage is
+Semantics (DESIGN §6). Every pool rank of every stage runs its microbatches in 1F1B order
+(``policies.pipeline_order``: non-interleaved, or Megatron's interleaved order with ``job.vpp`` = V > 1 virtual
+stages per rank), skipping microbatches it takes no part in. A CP group's forward (backward) at a (virtual)
+stage is one operation of all its members: it starts when every member has finished its previous operation on
+that rank *and* the microbatch's activations (gradients) have arrived from the previous (next) virtual stage,
+the transfer taking ``pp_transfer_s`` after the producer ends. It lasts the group's compute, times its slowest
+member's slow-down factor at that stage (the job's stragglers, cost_models.stragglers, and the ``slowdown``
+argument), plus its exposed CP communication. After its last backward, each stage's pool waits for its slowest
+rank (the DP wait), then runs the gradient sync and the optimizer step; the iteration ends when every stage is
 done.
+
+Interleaving (V > 1): virtual stage k = c·p + r is chunk c of rank r and holds layers / (p·V) layers. It is
+priced as 1/V of rank r's physical stage (``group_costs(groups, r)``) without the pipeline's ends, plus the
+input embedding on virtual stage 0 and the LM head and loss on virtual stage p·V − 1 (the cost model's
+``ends_s`` when it has one; a model without it has no ends), so a rank's chunks add up to its physical stage.
+Transfers run between consecutive virtual stages, r → r + 1 priced by ``pp_transfer_s(·, r, ·)``; the wrap-around
+p − 1 → 0 by the largest of those (the ranks' stages lie in order on the nodes, so that pair crosses a node
+boundary exactly when some adjacent pair does). Fixed per-microbatch overheads are split over the chunks too.
 
 Event order: simpy's queue orders events by the key (time, priority, event id); every event here has the
 normal priority, so events at the same time fire in the order they were scheduled. Operations that become
@@ -24,7 +34,7 @@ import numpy as np
 import simpy
 
 from dcpsim.cost_models.base import CostModel
-from dcpsim.policies.pipeline_order import one_f_one_b_position
+from dcpsim.policies.pipeline_order import interleaved_group_size, rank_position
 from dcpsim.sim.flatten import FlatPlan
 
 
@@ -34,7 +44,8 @@ class SimulationError(RuntimeError):
 
 @dataclass(frozen=True)
 class OpTimes:
-    """Per operation (index (stage·G + group)·2 + phase, phase 0 = F, 1 = B): its times in seconds."""
+    """Per operation (index (k·G + group)·2 + phase, phase 0 = F, 1 = B, k = c·p + stage the virtual stage of
+    chunk c; k = stage at V = 1): its times in seconds."""
 
     num_stages: int
     compute: np.ndarray
@@ -49,11 +60,12 @@ class OpTimes:
     events: int  # simpy events processed
     tp_comm: np.ndarray | None = None  # exposed TP (sequence-parallel) communication, after cp_comm; None = 0
     ep_comm: np.ndarray | None = None  # MoE expert-parallel all-to-alls, after tp_comm; None = 0
+    vpp: int = 1  # virtual stages (model chunks) per rank
 
 
-def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int, float] | None):
-    """compute[p, G, 2], cp_comm[p, G, 2], pp transfer[p, G] (towards the next stage), tp_comm[p, G, 2],
-    ep_comm[p, G, 2]."""
+def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int, float] | None, vpp: int = 1):
+    """compute[n, G, 2], cp_comm[n, G, 2], pp transfer[n, G] (towards the next virtual stage), tp_comm[n, G, 2],
+    ep_comm[n, G, 2] over the n = p·V virtual stages (the stages at V = 1)."""
     G = fp.num_groups
     compute = np.zeros((p, G, 2))
     comm = np.zeros((p, G, 2))
@@ -75,6 +87,8 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
             if G:
                 sent = np.broadcast_to(cost_model.pp_transfer_s(member_tpr, s, fp.member_rank), member_tpr.shape)
                 xfer[s] = np.maximum.reduceat(sent, member_start)
+    if vpp > 1:
+        compute, comm, tp, ep, xfer = _virtual_costs(cost_model, tpr, vpp, compute, comm, tp, ep, xfer)
     job = cost_model.job
     if slowdown or job.stragglers:
         # [p, W] each slot's factor: the job's stragglers (cost_models.stragglers), and ``slowdown`` (pool rank →
@@ -85,36 +99,67 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
         g_factor = np.zeros((p, G))
         for s in range(p):
             np.maximum.at(g_factor[s], fp.member_group, factor[s, fp.member_rank])
+        if vpp > 1:  # virtual stage c·p + r runs on rank r
+            g_factor = np.tile(g_factor, (vpp, 1))
         compute *= g_factor[:, :, None]
     return compute, comm, xfer, tp, ep
 
 
-def _edges(fp: FlatPlan, p: int, xfer: np.ndarray):
-    """Dependency edges (src op, dst op, delay) as CSR arrays over the 2·p·G operations."""
+def _virtual_costs(cost_model: CostModel, tpr: np.ndarray, vpp: int, compute: np.ndarray, comm: np.ndarray,
+                   tp: np.ndarray, ep: np.ndarray, xfer: np.ndarray):
+    """The per-stage costs [p, G, …] split into the p·V virtual stages k = c·p + r (module docstring): each is
+    1/V of stage r's costs without the pipeline's ends, the embedding added on k = 0 and the LM head on
+    k = p·V − 1; the transfer after k is stage r's, the wrap-around r = p − 1 → 0 the largest of them."""
+    p, G = compute.shape[0], compute.shape[1]
+    ends_c, ends_t = np.zeros((p, G, 2)), np.zeros((p, G, 2))
+    ends_s = getattr(cost_model, "ends_s", None)  # the analytic model's; a model without it has no ends
+    if ends_s is not None and G:
+        for s in (0, p - 1):
+            ends_c[s, :, 0], ends_c[s, :, 1], ends_t[s, :, 0], ends_t[s, :, 1] = ends_s(tpr, s)
+
+    def split(per_stage: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
+        body = per_stage if ends is None else per_stage - ends
+        out = np.tile(body / vpp, (vpp, 1, 1))
+        if ends is not None:
+            out[0] += ends[0]
+            out[-1] += ends[-1]
+        return out
+
+    wrap = xfer[: p - 1].max(axis=0)
+    xfer_v = np.tile(xfer, (vpp, 1))
+    xfer_v[p - 1 :: p] = wrap
+    xfer_v[-1] = 0.0
+    return split(compute, ends_c), split(comm), split(tp, ends_t), split(ep), xfer_v
+
+
+def _edges(fp: FlatPlan, p: int, xfer: np.ndarray, vpp: int = 1):
+    """Dependency edges (src op, dst op, delay) as CSR arrays over the 2·p·V·G operations."""
     G, m = fp.num_groups, fp.num_microbatches
     src_l: list[np.ndarray] = []
     dst_l: list[np.ndarray] = []
     delay_l: list[np.ndarray] = []
     mrank, mgroup = fp.member_rank, fp.member_group
+    M = len(mrank)
+    ph = np.tile(np.repeat(np.array([0, 1]), M), vpp)
+    chunk = np.repeat(np.arange(vpp), 2 * M)
+    grp = np.tile(mgroup, 2 * vpp)
+    rank = np.tile(mrank, 2 * vpp)
     for s in range(p):
-        # Rank order: consecutive operations of each member at this stage.
-        ph = np.repeat(np.array([0, 1]), len(mrank))
-        grp = np.tile(mgroup, 2)
-        rank = np.tile(mrank, 2)
-        pos = one_f_one_b_position(s, p, m, ph, fp.group_mb[grp])
-        op = (s * G + grp) * 2 + ph
+        # Rank order: consecutive operations of each member at this stage (all its chunks).
+        pos = rank_position(s, p, m, vpp, ph, fp.group_mb[grp], chunk)
+        op = ((chunk * p + s) * G + grp) * 2 + ph
         idx = np.lexsort((pos, rank))
         same = rank[idx][1:] == rank[idx][:-1]
         src_l.append(op[idx][:-1][same])
         dst_l.append(op[idx][1:][same])
         delay_l.append(np.zeros(int(same.sum())))
-        g = np.arange(G)
-        if s < p - 1:  # activations forward, gradients backward
-            src_l += [(s * G + g) * 2, ((s + 1) * G + g) * 2 + 1]
-            dst_l += [((s + 1) * G + g) * 2, (s * G + g) * 2 + 1]
-            delay_l += [xfer[s], xfer[s]]
+    g = np.arange(G)
+    for k in range(p * vpp - 1):  # activations forward, gradients backward, between virtual stages k, k + 1
+        src_l += [(k * G + g) * 2, ((k + 1) * G + g) * 2 + 1]
+        dst_l += [((k + 1) * G + g) * 2, (k * G + g) * 2 + 1]
+        delay_l += [xfer[k], xfer[k]]
     src, dst, delay = np.concatenate(src_l), np.concatenate(dst_l), np.concatenate(delay_l)
-    n_ops = 2 * p * G
+    n_ops = 2 * p * vpp * G
     key = src * n_ops + dst
     key, first = np.unique(key, return_index=True)  # a group after a group of the same ranks: one edge
     src, dst, delay = src[first], dst[first], delay[first]
@@ -128,13 +173,15 @@ def _edges(fp: FlatPlan, p: int, xfer: np.ndarray):
 def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
             slowdown: Mapping[int, float] | None = None) -> OpTimes:
     """Run one iteration of ``fp`` on ``num_stages`` stages; return every operation's times."""
-    p, G = num_stages, fp.num_groups
-    compute, comm, xfer, tp, ep = _op_costs(fp, cost_model, p, slowdown)
+    p, G, vpp = num_stages, fp.num_groups, cost_model.job.vpp
+    if vpp > 1:
+        interleaved_group_size(p, fp.num_microbatches, vpp)  # the plan must suit the schedule (a PlanError)
+    compute, comm, xfer, tp, ep = _op_costs(fp, cost_model, p, slowdown, vpp)
     dur = (compute + comm + tp + ep).reshape(-1).tolist()
-    indptr, dst, delay, pending_arr = _edges(fp, p, xfer)
+    indptr, dst, delay, pending_arr = _edges(fp, p, xfer, vpp)
     indptr_l, dst_l, delay_l = indptr.tolist(), dst.tolist(), delay.tolist()
     pending = pending_arr.tolist()
-    n_ops = 2 * p * G
+    n_ops = 2 * p * vpp * G
     start, end, ready = [0.0] * n_ops, [0.0] * n_ops, [0.0] * n_ops
     order: list[int] = []
     env = simpy.Environment()
@@ -171,10 +218,11 @@ def execute(fp: FlatPlan, cost_model: CostModel, num_stages: int,
     start_a, end_a = np.asarray(start), np.asarray(end)
     rank_of = np.empty(n_ops, dtype=np.int64)
     rank_of[np.asarray(order)] = np.arange(n_ops)
-    # Gradient sync per stage: after the slowest rank's last operation.
-    last = end_a.reshape(p, G * 2).max(axis=1) if G else np.zeros(p)
+    # Gradient sync per stage: after the slowest rank's last operation (of any chunk).
+    last = end_a.reshape(vpp, p, G * 2).max(axis=(0, 2)) if G else np.zeros(p)
     sync = np.array([cost_model.grad_sync_s(s) for s in range(p)])
     opt = np.array([cost_model.optimizer_s(s) for s in range(p)])
     return OpTimes(p, compute.reshape(-1), comm.reshape(-1), start_a - np.minimum(np.asarray(ready), start_a),
                    start_a, end_a, rank_of, last, sync, last + sync + opt,
-                   events=int(n_ops + np.count_nonzero(delay > 0)), tp_comm=tp.reshape(-1), ep_comm=ep.reshape(-1))
+                   events=int(n_ops + np.count_nonzero(delay > 0)), tp_comm=tp.reshape(-1), ep_comm=ep.reshape(-1),
+                   vpp=vpp)

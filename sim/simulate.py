@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel
-from dcpsim.policies.pipeline_order import one_f_one_b_position
+from dcpsim.policies.pipeline_order import rank_position
 from dcpsim.policies.plan import Plan
 from dcpsim.sim.bound import MEMORY_SLACK, Bound, BoundCache, iteration_bound
 from dcpsim.sim.engine import OpTimes, execute
@@ -31,20 +31,21 @@ class IterationResult:
     events: int
 
 
-def _member_ops(fp: FlatPlan, p: int):
-    """Per (stage, phase, member) rows: stage, rank, group, phase, op index."""
-    G, M = fp.num_groups, len(fp.member_rank)
-    stage = np.repeat(np.arange(p), 2 * M)
-    phase = np.tile(np.repeat(np.array([0, 1]), M), p)
-    group = np.tile(fp.member_group, 2 * p)
-    rank = np.tile(fp.member_rank, 2 * p)
-    op = (stage * G + group) * 2 + phase
-    return stage, rank, group, phase, op
+def _member_ops(fp: FlatPlan, p: int, vpp: int = 1):
+    """Per (virtual stage, phase, member) rows: (physical) stage, rank, group, phase, op index."""
+    G, M, n = fp.num_groups, len(fp.member_rank), p * vpp
+    vstage = np.repeat(np.arange(n), 2 * M)
+    phase = np.tile(np.repeat(np.array([0, 1]), M), n)
+    group = np.tile(fp.member_group, 2 * n)
+    rank = np.tile(fp.member_rank, 2 * n)
+    op = (vstage * G + group) * 2 + phase
+    return vstage % p, rank, group, phase, op
 
 
 def build_timeline(fp: FlatPlan, ot: OpTimes) -> Timeline:
+    """The Timeline of an iteration; with V > 1 a row's ``stage`` is the physical stage (rank) that ran it."""
     p, W = ot.num_stages, fp.pool
-    stage, rank, group, phase, op = _member_ops(fp, p)
+    stage, rank, group, phase, op = _member_ops(fp, p, ot.vpp)
     mb = fp.group_mb[group]
     tpr = fp.groups.tokens_per_rank()[group]
     ph = np.where(phase == 0, "F", "B")
@@ -94,19 +95,24 @@ def largest_microbatch_tokens(fp: FlatPlan) -> tuple[np.ndarray, np.ndarray]:
     return largest, cp
 
 
-def peak_tokens_in_flight(fp: FlatPlan, p: int) -> np.ndarray:
-    """[p, W] largest sum of tokens of microbatches whose activations a rank holds at once (1F1B order)."""
+def peak_tokens_in_flight(fp: FlatPlan, p: int, vpp: int = 1) -> np.ndarray:
+    """[p, W] largest sum of tokens of microbatches whose activations a rank holds at once, in its 1F1B order
+    (policies.pipeline_order). With V > 1 a chunk's forward holds 1/V of the stage's layers, so it counts
+    tokens / V: the interleaved warm-up's 2(p − r − 1) + (V − 1)·N chunk forwards weigh what they hold."""
     W, m = fp.pool, fp.num_microbatches
     out = np.zeros((p, W))
     if fp.num_groups == 0:
         return out
     tpr = fp.groups.tokens_per_rank()[fp.member_group]
-    mb = fp.group_mb[fp.member_group]
+    if vpp > 1:
+        tpr = tpr / vpp
+    mb = np.tile(fp.group_mb[fp.member_group], 2 * vpp)
+    phase = np.tile(np.repeat(np.array([0, 1]), len(tpr)), vpp)
+    chunk = np.repeat(np.arange(vpp), 2 * len(tpr))
     for s in range(p):
-        phase = np.repeat(np.array([0, 1]), len(tpr))
-        pos = one_f_one_b_position(s, p, m, phase, np.tile(mb, 2))
-        rank = np.tile(fp.member_rank, 2)
-        delta = np.concatenate([tpr, -tpr])
+        pos = rank_position(s, p, m, vpp, phase, mb, chunk)
+        rank = np.tile(fp.member_rank, 2 * vpp)
+        delta = np.tile(np.concatenate([tpr, -tpr]), vpp)
         idx = np.lexsort((pos, rank))
         rank, delta = rank[idx], delta[idx]
         csum = np.cumsum(delta)
@@ -132,7 +138,7 @@ def simulate_plan(plan: Plan, batch: GlobalBatch, cost_model: CostModel, *, num_
     fp = flatten(plan, batch)
     ot = execute(fp, cost_model, p, slowdown)
     tl = build_timeline(fp, ot)
-    peak_tok = peak_tokens_in_flight(fp, p)
+    peak_tok = peak_tokens_in_flight(fp, p, job.vpp)
     largest, cp_largest = largest_microbatch_tokens(fp)
     peak_gb = max(float(np.max(cost_model.peak_memory_gb(peak_tok[s], s, largest, cp_largest))) for s in range(p))
     lengths = np.asarray(batch.lengths)
@@ -140,8 +146,16 @@ def simulate_plan(plan: Plan, batch: GlobalBatch, cost_model: CostModel, *, num_
         tl, tokens=int(lengths.sum()), model_flops=cost_model.model_flops(lengths), num_gpus=job.num_gpus,
         peak_tflops=job.gpu.peak_bf16_tflops, peak_memory_gib=peak_gb * 1e9 / GIB,
         num_microbatches=plan.num_microbatches, scheduling_time_s=scheduling_time_s,
-        bound_s=plan_bound(fp, lengths, cost_model, p, bound_cache).bound_s)
+        bound_s=_interleaved_bound(plan_bound(fp, lengths, cost_model, p, bound_cache), job.vpp))
     return IterationResult(plan, tl, metrics, ot.events)
+
+
+def _interleaved_bound(bound: Bound, vpp: int) -> float:
+    """The bound's seconds for a schedule of ``vpp`` chunks per rank. sim.bound's work term charges the
+    non-interleaved fill and drain (whole stages), which interleaving shortens, so at V > 1 only its terms that
+    still hold are kept: the critical chain (a sequence's chunks add up to its stages; more transfers, each ≥ 0)
+    and the gradient sync."""
+    return bound.bound_s if vpp == 1 else max(bound.chain_s, bound.sync_s)
 
 
 def plan_bound(fp: FlatPlan, lengths: np.ndarray, cost_model: CostModel, num_stages: int,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dcpsim.policies.pipeline_order import num_warmup, one_f_one_b_position, stage_order
+from dcpsim.policies.pipeline_order import num_warmup, one_f_one_b_position, rank_position, stage_order
 
 
 def ops(stage: int, p: int, m: int) -> str:
@@ -45,6 +45,9 @@ def test_simulator_and_hydra_use_this_definition() -> None:
     import dcpsim.sim.engine as engine
     import dcpsim.sim.simulate as simulate
 
-    assert engine.one_f_one_b_position is one_f_one_b_position
-    assert simulate.one_f_one_b_position is one_f_one_b_position
+    # The simulator reaches one_f_one_b_position through rank_position (V = 1), the interleaved order above.
+    assert engine.rank_position is rank_position
+    assert simulate.rank_position is rank_position
+    assert rank_position(1, 4, 6, 1, np.zeros(6), np.arange(6), np.zeros(6)).tolist() == \
+        one_f_one_b_position(1, 4, 6, np.zeros(6), np.arange(6)).tolist()
     assert hydra_order.one_f_one_b_position is one_f_one_b_position
