@@ -27,14 +27,22 @@ significant digits so that the JSON is stable across platforms.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
-from dcpsim.cost_models.calibration import COLLECTIVES, Calibration, LinkModel, SaturatingCurve
-from dcpsim.cost_models.attention_backends import backend_of_kernel, fit_backends
+from dcpsim.cost_models.attention_backends import backend_of_kernel
+from dcpsim.cost_models.calibration import (
+    ATTENTION_KEYS,
+    COLLECTIVES,
+    AttentionCurves,
+    Calibration,
+    LinkModel,
+    SaturatingCurve,
+)
 from dcpsim.cost_models.errors import CalibrationError
 from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
 from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
@@ -177,6 +185,75 @@ def fit_link(op: str, nbytes: np.ndarray, n: np.ndarray, seconds: np.ndarray, ba
 
 
 # ---- fixed per-layer overhead -----------------------------------------------------------------------------
+# ---- attention backends (cost_models.attention_backends) ---------------------------------------------
+def _ratio_fit(x: np.ndarray, num: SaturatingCurve, a: SaturatingCurve, b: SaturatingCurve) -> SaturatingCurve:
+    """The curve through num(x) · a(x) / b(x) (TFLOP/s) at the sizes x."""
+    tf = num.tflops(x) * a.tflops(x) / b.tflops(x)
+    return fit_saturating(x, tf * 1e12, np.ones_like(x))
+
+
+def fit_backends(curves: Mapping[tuple[str, str, int], SaturatingCurve],
+                 sizes: Mapping[tuple[str, str, int], np.ndarray],
+                 fwd_bwd: Mapping[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
+                 ) -> dict[str, AttentionCurves]:
+    """Backends from fitted groups ``curves[(kernel, op, causal)]`` (one head dimension) and the sizes each
+    group was measured at. Per backend the kernel with the most measured (pass, mask) keys wins.
+    ``fwd_bwd[(kernel, causal)]`` = (sizes, forward FLOPs, seconds) of ``attn_fwd_bwd`` rows: a missing
+    backward of that mask is fitted to their time minus the forward curve's.
+
+    Every (pass, mask) the profile measures is fitted; a missing one is derived from the most completely
+    measured backend's ratio at the same lengths (missing causal backward: own full backward × own causal/full
+    forward ratio, as :func:`fit_calibration` does for FA3; missing full forward: own causal forward ×
+    reference full/causal forward; missing backward: own forward × reference backward/forward).
+    :attr:`AttentionCurves.derived` lists which."""
+    fwd_bwd = fwd_bwd or {}
+    name = {("attn_fwd", 1): "fwd_causal", ("attn_bwd", 1): "bwd_causal", ("attn_fwd", 0): "fwd_full",
+            ("attn_bwd", 0): "bwd_full"}
+    per_kernel: dict[str, dict[str, SaturatingCurve]] = {}
+    x_of: dict[str, np.ndarray] = {}
+    for (kernel, op, causal), c in sorted(curves.items()):
+        per_kernel.setdefault(kernel, {})[name[(op, causal)]] = c
+        x_of[kernel] = np.union1d(x_of.get(kernel, np.zeros(0)), sizes[(kernel, op, causal)])
+    chosen: dict[str, str] = {}
+    for kernel in sorted(per_kernel):
+        b = backend_of_kernel(kernel)
+        if b is None:
+            continue
+        if b not in chosen or len(per_kernel[kernel]) > len(per_kernel[chosen[b]]):
+            chosen[b] = kernel
+    if not chosen:
+        return {}
+    full = [k for k in chosen.values() if {"fwd_causal", "fwd_full", "bwd_full"} <= set(per_kernel[k])]
+    ref = per_kernel[max(full, key=lambda k: (len(per_kernel[k]), k))] if full else None
+    out: dict[str, AttentionCurves] = {}
+    for b, kernel in sorted(chosen.items()):
+        have = dict(per_kernel[kernel])
+        x = x_of[kernel]
+        derived = []
+        if "fwd_causal" not in have:
+            continue  # a backend is defined by its causal forward
+        if "fwd_full" not in have and ref is not None:
+            have["fwd_full"] = _ratio_fit(x, have["fwd_causal"], ref["fwd_full"], ref["fwd_causal"])
+            derived.append("fwd_full")
+        for causal, key, fkey in ((1, "bwd_causal", "fwd_causal"), (0, "bwd_full", "fwd_full")):
+            if key not in have and fkey in have and (kernel, causal) in fwd_bwd:
+                xs, fl, sec = fwd_bwd[(kernel, causal)]
+                bwd_s = sec - have[fkey].seconds(fl, xs)
+                if np.all(bwd_s > 0):
+                    have[key] = fit_saturating(xs, ATTENTION_BWD_FACTOR * fl, bwd_s)
+                    derived.append(f"{key} = fwd+bwd - fwd")
+        if "bwd_full" not in have and ref is not None and "fwd_full" in have:
+            have["bwd_full"] = _ratio_fit(x, have["fwd_full"], ref["bwd_full"], ref["fwd_full"])
+            derived.append("bwd_full")
+        if "bwd_causal" not in have and {"bwd_full", "fwd_full"} <= set(have):
+            have["bwd_causal"] = _ratio_fit(x, have["bwd_full"], have["fwd_causal"], have["fwd_full"])
+            derived.append("bwd_causal")
+        if not set(ATTENTION_KEYS) <= set(have):
+            continue
+        out[b] = AttentionCurves(kernel, derived=tuple(derived), **{k: have[k] for k in ATTENTION_KEYS})
+    return out
+
+
 def layer_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarray, np.ndarray]:
     """The analytic model's forward and backward compute seconds of each layer row (one layer, one rank,
     one causal document of ``tokens`` tokens), with ``cal``'s curves and no per-layer overhead."""
