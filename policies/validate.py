@@ -26,15 +26,14 @@ def check_lengths_fit(policy: str, ids: np.ndarray, lengths: np.ndarray, cap: fl
 
 
 def validate_plan(plan: Plan, batch: GlobalBatch, *, max_tokens_per_rank: float | None = None,
-                  kv_heads_per_rank: int | None = None, heads_per_rank: int | None = None,
-                  ulysses_domain_ranks: int | None = None) -> None:
+                  kv_heads_per_rank: int | None = None, heads_per_rank: int | None = None) -> None:
     """Raise :class:`PlanError` naming the first broken invariant; return None for a valid plan.
 
     Checks: every sequence of the batch appears exactly once and no unknown id appears; groups of a
     microbatch are disjoint and use only ranks ``0..W-1``; engine sizes multiply to the group size; the
-    Ulysses degree is valid (cost_models.ulysses, the rule the planners and the bound use: it divides the
-    (KV) heads per rank and fits an NVLink domain of ``ulysses_domain_ranks`` ranks; each check made when its
-    number is given); per-rank tokens (Σ L / degree over the rank's groups in
+    Ulysses degree is valid (cost_models.ulysses.ulysses_problem, the rule the bound and the planners read: it
+    divides the (KV) heads per rank, each checked when given; a degree wider than an NVLink domain is valid,
+    priced across domains, and never offered by a planner); per-rank tokens (Σ L / degree over the rank's groups in
     one microbatch) stay within ``max_tokens_per_rank``.
 
     Groups need not be contiguous: a group of ranks 0 and 8 is valid, and the cost model prices it by the
@@ -68,7 +67,7 @@ def validate_plan(plan: Plan, batch: GlobalBatch, *, max_tokens_per_rank: float 
                 raise PlanError(f"{where}: engine {g.engine} has size {g.engine.size} "
                                 f"(ulysses {g.engine.ulysses} x ring {g.engine.ring}) but the group has "
                                 f"{g.size} ranks")
-            bad = ulysses_problem(g.engine.ulysses, kv_heads_per_rank, heads_per_rank, ulysses_domain_ranks)
+            bad = ulysses_problem(g.engine.ulysses, kv_heads_per_rank, heads_per_rank)
             if bad is not None:
                 raise PlanError(f"{where}: {bad}")
             total = 0

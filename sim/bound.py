@@ -80,8 +80,9 @@ class BoundCache:
 
 
 def ulysses_options(job) -> list[int]:
-    """Every Ulysses degree u a group of some size may have (cost_models.ulysses, the validator's rule)."""
-    return list(ulysses_degrees(job))
+    """Every Ulysses degree u the validator accepts in a group of some size (cost_models.ulysses: u divides the
+    KV heads, and so the heads, per rank; wider than an NVLink domain included, as the validator accepts it)."""
+    return list(ulysses_degrees(job, within_domain=False))
 
 
 def _compute(cost_model: CostModel, stage: int, seq_len: np.ndarray, seq_group: np.ndarray, size: np.ndarray,
