@@ -72,6 +72,5 @@ def test_the_domain_never_binds_on_a_shipped_model_and_gpu():
                     job = JobSpec(model=model, gpu=gpu, tp=tp, pp=1, pool=64, context_len=8192)
                 except Exception:
                     continue  # not a valid job (TP beyond a domain or the heads)
-                kv = job.kv_heads_per_rank
                 for size in (1, 2, 4, 8, 16, 64):
                     assert ulysses_degrees(job, size) == ulysses_degrees(job, size, within_domain=False), (model.name, tp)
