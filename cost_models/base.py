@@ -8,7 +8,7 @@ operations, never per token or per sequence in Python. Times are seconds *per pi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -111,4 +111,87 @@ class CostModel(Protocol):
 
     def model_flops(self, lengths: np.ndarray) -> float:
         """Model FLOPs of one training step over sequences of ``lengths`` (forward + backward, all layers)."""
+        ...
+
+
+class Pricing(Protocol):
+    """How policies and the bound price sequences *alone in a group*, by option (an option: a group size and an
+    inner Ulysses degree), and what they read off such prices. Every cost model has one:
+    :func:`cost_models.pricing.pricing_of` returns the model's own (a faster one, declared by a ``pricing()``
+    method: :class:`DeclaresPricing`) or the default built on :meth:`CostModel.group_costs` alone
+    (:class:`cost_models.pricing.GroupCostsPricing`); both give the same numbers.
+
+    "Alone" means each sequence in its own group of that size, contiguous from pool rank 0. Lengths,
+    sizes and degrees are arrays; each method is vectorised over them.
+
+    HyDra's functions (policies/hydra_work.py, hydra_grid.py) and what they map to:
+
+    ==============================================  ===============================================
+    ``stage_classes_of(cm)``                        :meth:`stage_classes`
+    ``stage_totals(L, c, u, cm, s)``                :meth:`alone_total_s`
+    ``class_times(L, c, u, cm, stages, prefix, o)`` :meth:`alone_stage_totals` (over the stages' classes)
+    ``build_grid``'s ``alone_block_totals`` probe  :meth:`alone_block_totals`
+    ``group_overhead(c, u, cm)``                    :meth:`group_overhead`
+    ``prices_fixed_costs(cm)``                      :meth:`prices_fixed_costs`
+    ==============================================  ===============================================
+
+    and sim/bound.py reads :meth:`compute_stage_classes` and :meth:`ulysses_floor`.
+    """
+
+    def stage_classes(self) -> tuple[int, ...]:
+        """Per pipeline stage, the first stage whose ``group_costs`` are the same numbers for every group batch
+        (a caller pricing several stages prices one of each class)."""
+        ...
+
+    def compute_stage_classes(self) -> tuple[int, ...]:
+        """Per pipeline stage, the first stage whose compute and TP communication (``fwd_compute_s``,
+        ``bwd_compute_s``, the TP fields; CP communication may differ) are the same numbers for every group
+        batch: classes at least as coarse as :meth:`stage_classes`' (sim/bound reads no CP communication)."""
+        ...
+
+    def prices_fixed_costs(self) -> bool:
+        """Whether the model prices the per-layer, per-ring-step and per-microbatch fixed costs
+        (``CostTerms.fixed_costs``; a model without terms does)."""
+        ...
+
+    def alone_total_s(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
+                      stage: int = 0) -> np.ndarray:
+        """``group_costs(...).total_s`` of each length alone in a group of ``sizes`` ranks with inner degree
+        ``ulysses`` at ``stage`` (elementwise over the three arrays)."""
+        ...
+
+    def alone_stage_totals(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
+                           stages: tuple[int, ...], prefix: tuple[int | None, ...] | None = None,
+                           option: np.ndarray | None = None) -> list[np.ndarray]:
+        """Row i: :meth:`alone_total_s` of the first ``prefix[i]`` lengths (None: all) at ``stages[i]``. With
+        ``option``, ``sizes`` and ``ulysses`` list the distinct options and length j is in a group like option
+        ``option[j]``."""
+        ...
+
+    def alone_block_totals(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
+                           stages: tuple[int, ...], prefix: tuple[int | None, ...] | None = None) -> list[np.ndarray]:
+        """Row i: [options, k] totals of every option (``sizes``, ``ulysses``) at each of the first k =
+        ``prefix[i]`` lengths (None: all) at ``stages[i]``."""
+        ...
+
+    def group_overhead(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
+        """A group's fixed time (s) per option, at the stage where it is largest: its alone total at zero
+        tokens, extrapolated from 1 and 2 tokens (:func:`cost_models.pricing.fixed_from_probes`)."""
+        ...
+
+    def ulysses_floor(self, tpr: np.ndarray, u: np.ndarray) -> np.ndarray | float:
+        """A lower bound on the exposed Ulysses all-to-all seconds per rank of one forward (equally one
+        backward) of a group with inner degree ``u`` holding ``tpr`` tokens per rank, affine in ``tpr``, below
+        the CP communication the model prices wherever the group sits (docs/bound.md, assumption U). The
+        default is 0 (CP communication is never negative)."""
+        ...
+
+
+@runtime_checkable
+class DeclaresPricing(Protocol):
+    """A cost model that supplies its own :class:`Pricing` (``AnalyticCostModel``: a faster one, the same
+    numbers). :func:`cost_models.pricing.pricing_of` checks this protocol; a cost model without it is priced
+    through ``group_costs``."""
+
+    def pricing(self) -> Pricing:
         ...

@@ -41,6 +41,7 @@ LINKS = ("nvlink", "network")
 COLLECTIVES = ("send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce")
 _FACTOR = {"send_recv": None, "all_to_all": 1.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_reduce": 2.0}
 DATA_DIR = Path(__file__).parent / "data"
+ATTENTION_KEYS = ("fwd_causal", "bwd_causal", "fwd_full", "bwd_full")  # AttentionCurves' four curves
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,30 @@ def collective_terms(op: str, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(frozen=True)
+class AttentionCurves:
+    """One backend's four curves, the kernel they were fitted to, and which were derived (cost_models.fitting.fit_backends)."""
+
+    kernel: str
+    fwd_causal: SaturatingCurve
+    bwd_causal: SaturatingCurve
+    fwd_full: SaturatingCurve
+    bwd_full: SaturatingCurve
+    derived: tuple[str, ...] = field(default_factory=tuple)
+
+    def curve(self, key: str) -> SaturatingCurve:
+        return getattr(self, key)
+
+    def to_dict(self) -> dict:
+        d = {k: {"peak_tflops": self.curve(k).peak_tflops, "half": self.curve(k).half} for k in ATTENTION_KEYS}
+        return d | {"kernel": self.kernel, "derived": list(self.derived)}
+
+    @staticmethod
+    def from_dict(d: Mapping) -> AttentionCurves:
+        return AttentionCurves(kernel=str(d["kernel"]), derived=tuple(d.get("derived", ())),
+                               **{k: SaturatingCurve(**d[k]) for k in ATTENTION_KEYS})
+
+
+@dataclass(frozen=True)
 class Calibration:
     """Everything measured about one GPU kind that the analytic model needs."""
 
@@ -128,7 +153,7 @@ class Calibration:
     ring_step_overhead_bwd_s: float = FIXED_PUBLISHED["ring_step_overhead_bwd_s"]
     microbatch_overhead_fwd_s: float = FIXED_PUBLISHED["microbatch_overhead_fwd_s"]  # s per microbatch per stage
     microbatch_overhead_bwd_s: float = FIXED_PUBLISHED["microbatch_overhead_bwd_s"]
-    # per attention backend (fa2, fa3, cudnn): cost_models.attention_backends.AttentionCurves; empty = none
+    # per attention backend (fa2, fa3, cudnn): AttentionCurves; empty = none
     attention: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -190,8 +215,6 @@ class Calibration:
 
 
 def _attention_from_dict(d: Mapping) -> dict:
-    from dcpsim.cost_models.attention_backends import AttentionCurves
-
     return {str(k): AttentionCurves.from_dict(v) for k, v in sorted(d.items())}
 
 

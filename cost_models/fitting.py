@@ -13,12 +13,7 @@
   bytes·factor / busbw, linear in (base, hop, 1/busbw); solved per (op, link) by non-negative least squares on
   relative errors (``scipy.optimize.lsq_linear``). With a single group size, hop keeps the base value.
 
-* Fixed per-layer overhead: with ``layer_fwd`` / ``layer_bwd`` rows (one whole decoder layer on one rank),
-  each row's kernel time is predicted by :meth:`AnalyticCostModel.group_costs` for a one-layer job of the
-  row's shape with the curves fitted above and no overhead (so no formula is duplicated here); the overhead
-  of a pass is the constant c ≥ 0 minimising Σ ((predicted + c) / measured − 1)², the relative least-squares
-  intercept c = Σ (r/m²) / Σ (1/m²) of the residuals r = measured − predicted, clipped at 0. Relative
-  weighting lets the short layers, where the overhead dominates, set it.
+* Fixed costs (per layer, per ring step) from ``layer_*`` and ``ring_*`` rows: cost_models.fit_overheads.
 
 Terms absent from the profile keep the ``base`` calibration's values. Fitted numbers are rounded to 6
 significant digits so that the JSON is stable across platforms.
@@ -26,30 +21,28 @@ significant digits so that the JSON is stable across platforms.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
-from dcpsim.cost_models.calibration import COLLECTIVES, Calibration, LinkModel, SaturatingCurve
-from dcpsim.cost_models.attention_backends import backend_of_kernel, fit_backends
+from dcpsim.cost_models.attention_backends import backend_of_kernel
+from dcpsim.cost_models.calibration import (
+    ATTENTION_KEYS,
+    COLLECTIVES,
+    AttentionCurves,
+    Calibration,
+    LinkModel,
+    SaturatingCurve,
+)
 from dcpsim.cost_models.errors import CalibrationError
+from dcpsim.cost_models.fit_overheads import fit_layer_overhead, fit_ring_overhead
+from dcpsim.cost_models.fit_report import FitReport, GroupKey, OpFit, abs_rel_errors, round_sig
 from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
 from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
-from dcpsim.cost_models.terms import CostTerms
-from dcpsim.cost_models.profile_table import ATTENTION_OPS, FWD_BWD_OP, LAYER_OPS, RING_OPS, row_flops, row_size
-
-GroupKey = tuple[str, str, int, int]  # (kernel, op, causal, head_dim)
-
-
-def _sig(x: float, digits: int = 6) -> float:
-    return float(f"{x:.{digits}g}")
-
-
-def _ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
-    return np.abs(np.asarray(pred) / np.asarray(meas) - 1.0)
+from dcpsim.cost_models.profile_table import ATTENTION_OPS, FWD_BWD_OP, row_flops, row_size
 
 
 # ---- saturating curves ------------------------------------------------------------------------------------
@@ -61,7 +54,7 @@ def fit_saturating(x: np.ndarray, flops: np.ndarray, seconds: np.ndarray) -> Sat
     if x.size == 0:
         raise CalibrationError("cannot fit a curve to no rows")
     if x.size == 1 or np.ptp(x) == 0:
-        return SaturatingCurve(_sig(float(np.exp(np.mean(np.log(tf))))), 0.0)
+        return SaturatingCurve(round_sig(float(np.exp(np.mean(np.log(tf))))), 0.0)
     slope, icpt = np.polyfit(1.0 / x, 1.0 / tf, 1)  # 1/tf = 1/peak + (half/peak)/x
     p0 = 1.0 / icpt if icpt > 0 else float(tf.max())
     h0 = max(slope * p0, 0.0)
@@ -72,7 +65,7 @@ def fit_saturating(x: np.ndarray, flops: np.ndarray, seconds: np.ndarray) -> Sat
 
     sol = least_squares(resid, x0=[p0, h0], bounds=([1e-9, 0.0], [np.inf, np.inf]),
                         x_scale=[p0, max(h0, 1.0)], method="trf")
-    return SaturatingCurve(_sig(float(sol.x[0])), _sig(float(sol.x[1])))
+    return SaturatingCurve(round_sig(float(sol.x[0])), round_sig(float(sol.x[1])))
 
 
 def fit_hill(x: np.ndarray, flops: np.ndarray, seconds: np.ndarray) -> tuple[float, float, float]:
@@ -172,155 +165,80 @@ def fit_link(op: str, nbytes: np.ndarray, n: np.ndarray, seconds: np.ndarray, ba
     inv_bw = p.get("inv_bw", 1.0 / base.busbw_gbs)
     if inv_bw <= 0:
         raise CalibrationError(f"{op}: the measured times do not grow with bytes; cannot fit a bandwidth")
-    return LinkModel(base_s=_sig(p["base"]), hop_s=_sig(p.get("hop", base.hop_s)),
-                     busbw_gbs=_sig(1.0 / inv_bw))
+    return LinkModel(base_s=round_sig(p["base"]), hop_s=round_sig(p.get("hop", base.hop_s)),
+                     busbw_gbs=round_sig(1.0 / inv_bw))
 
 
-# ---- fixed per-layer overhead -----------------------------------------------------------------------------
-def layer_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarray, np.ndarray]:
-    """The analytic model's forward and backward compute seconds of each layer row (one layer, one rank,
-    one causal document of ``tokens`` tokens), with ``cal``'s curves and no per-layer overhead."""
-    from dcpsim.cost_models.analytic import AnalyticCostModel
-    from dcpsim.cost_models.base import GroupBatch
-    from dcpsim.cost_models.presets import get_gpu
-    from dcpsim.cost_models.specs import JobSpec, ModelSpec
-
-    kernels = cal.without_fixed_costs()
-    layers_only = CostTerms.legacy()  # the row's own kernels: no LM head, no fixed costs, the calibration's curves
-    fwd, bwd = np.zeros(len(rows)), np.zeros(len(rows))
-    shape_cols = ["in_features", "out_features", "heads", "kv_heads", "head_dim"]
-    pos = np.arange(len(rows))
-    for (h, f, a, g, d), idx in rows.reset_index(drop=True).groupby(shape_cols, sort=True).groups.items():
-        tokens = rows["tokens"].to_numpy(np.int64)[pos[idx]]
-        model = ModelSpec("profiled-layer", hidden=int(h), ffn=int(f), layers=1, heads=int(a), kv_heads=int(g),
-                          head_dim=int(d), vocab=1)
-        top = int(tokens.max())
-        job = JobSpec(model=model, gpu=get_gpu("h100"), tp=1, pp=1, pool=1, context_len=top,
-                      global_batch_tokens=top, max_tokens_per_rank=top)  # the GPU only sets links: unused
-        n = len(tokens)
-        one_each = GroupBatch(seq_len=tokens, seq_group=np.arange(n), size=np.ones(n, np.int64),
-                              ulysses=np.ones(n, np.int64), first_rank=np.zeros(n, np.int64))
-        costs = AnalyticCostModel(job, kernels, layers_only).group_costs(one_each)
-        fwd[pos[idx]], bwd[pos[idx]] = costs.fwd_compute_s, costs.bwd_compute_s
-    return fwd, bwd
+# ---- attention backends (cost_models.attention_backends) ---------------------------------------------
+def _ratio_fit(x: np.ndarray, num: SaturatingCurve, a: SaturatingCurve, b: SaturatingCurve) -> SaturatingCurve:
+    """The curve through num(x) · a(x) / b(x) (TFLOP/s) at the sizes x."""
+    tf = num.tflops(x) * a.tflops(x) / b.tflops(x)
+    return fit_saturating(x, tf * 1e12, np.ones_like(x))
 
 
-def fit_overhead(predicted: np.ndarray, measured: np.ndarray) -> float:
-    """The constant c ≥ 0 (seconds) minimising Σ ((predicted + c) / measured − 1)²: one "step" per row."""
-    return fit_step_overhead(predicted, measured, np.ones(np.shape(measured)))
+def fit_backends(curves: Mapping[tuple[str, str, int], SaturatingCurve],
+                 sizes: Mapping[tuple[str, str, int], np.ndarray],
+                 fwd_bwd: Mapping[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
+                 ) -> dict[str, AttentionCurves]:
+    """Backends from fitted groups ``curves[(kernel, op, causal)]`` (one head dimension) and the sizes each
+    group was measured at. Per backend the kernel with the most measured (pass, mask) keys wins.
+    ``fwd_bwd[(kernel, causal)]`` = (sizes, forward FLOPs, seconds) of ``attn_fwd_bwd`` rows: a missing
+    backward of that mask is fitted to their time minus the forward curve's.
 
-
-def _fit_layer_overhead(profile: pd.DataFrame, cal: Calibration) -> tuple[Calibration, list[OpFit]]:
-    """``cal`` with the per-layer overheads fitted to the profile's layer rows (unchanged without any)."""
-    terms, fitted = [], {}
-    for op in LAYER_OPS:
-        key = f"layer_overhead_{op[6:]}_s"
-        rows = profile[profile["op"] == op]
-        if rows.empty:
-            terms.append(OpFit(key, "base", {"seconds": getattr(cal, key)}, note=f"no {op} rows"))
+    Every (pass, mask) the profile measures is fitted; a missing one is derived from the most completely
+    measured backend's ratio at the same lengths (missing causal backward: own full backward × own causal/full
+    forward ratio, as :func:`fit_calibration` does for FA3; missing full forward: own causal forward ×
+    reference full/causal forward; missing backward: own forward × reference backward/forward).
+    :attr:`AttentionCurves.derived` lists which."""
+    fwd_bwd = fwd_bwd or {}
+    name = {("attn_fwd", 1): "fwd_causal", ("attn_bwd", 1): "bwd_causal", ("attn_fwd", 0): "fwd_full",
+            ("attn_bwd", 0): "bwd_full"}
+    per_kernel: dict[str, dict[str, SaturatingCurve]] = {}
+    x_of: dict[str, np.ndarray] = {}
+    for (kernel, op, causal), c in sorted(curves.items()):
+        per_kernel.setdefault(kernel, {})[name[(op, causal)]] = c
+        x_of[kernel] = np.union1d(x_of.get(kernel, np.zeros(0)), sizes[(kernel, op, causal)])
+    chosen: dict[str, str] = {}
+    for kernel in sorted(per_kernel):
+        b = backend_of_kernel(kernel)
+        if b is None:
             continue
-        pred = layer_kernel_seconds(rows, cal)[0 if op == "layer_fwd" else 1]
-        meas = rows["seconds"].to_numpy(np.float64)
-        c = fit_overhead(pred, meas)
-        fitted[key] = c
-        ape = _ape(pred + c, meas)
-        share = float(np.median(c / meas))
-        terms.append(OpFit(key, "fitted", {"seconds": c}, len(rows), float(ape.mean()), float(ape.max()),
-                           f"kernels alone MAPE {_ape(pred, meas).mean():.0%}; median share of layer time "
-                           f"{share:.0%}; tokens {', '.join(map(str, sorted(set(rows['tokens'].astype(int)))))}"))
-    return replace(cal, **fitted), terms  # type: ignore[arg-type]  # fitted: fixed-cost fields only
-
-
-# ---- fixed per-ring-step cost ------------------------------------------------------------------------------
-def ring_kernel_seconds(rows: pd.DataFrame, cal: Calibration) -> tuple[np.ndarray, np.ndarray]:
-    """The analytic model's forward and backward seconds of each ring row (one layer, one rank of a ring of
-    ``group_size``, one causal document of ``tokens`` tokens): attention plus exposed transfers, with
-    ``cal``'s curves and links and no fixed costs."""
-    from dcpsim.cost_models.analytic import AnalyticCostModel
-    from dcpsim.cost_models.base import GroupBatch
-    from dcpsim.cost_models.calibration import SaturatingCurve
-    from dcpsim.cost_models.presets import get_gpu
-    from dcpsim.cost_models.specs import JobSpec, ModelSpec
-
-    if (rows["link"] != "nvlink").any():
-        raise CalibrationError("ring rows over network links are not fitted yet; give link = nvlink rows "
-                               "(a ring inside one node)")
-    kernels = replace(cal.without_fixed_costs(), gemm=SaturatingCurve(math.inf, 0.0))
-    fwd, bwd = np.zeros(len(rows)), np.zeros(len(rows))
-    for i, r in enumerate(rows.to_dict("records")):
-        a, g, d, n, c = (int(r[k]) for k in ("heads", "kv_heads", "head_dim", "tokens", "group_size"))
-        model = ModelSpec("profiled-ring", hidden=a * d, ffn=1, layers=1, heads=a, kv_heads=g, head_dim=d, vocab=1)
-        backend = backend_of_kernel(r["kernel"]) if r["kernel"] else None
-        backend = backend if backend in cal.attention else None  # else the calibration's single curve
-        job = JobSpec(model=model, gpu=get_gpu("h100"), tp=1, pp=1, pool=c, context_len=n, global_batch_tokens=n,
-                      max_tokens_per_rank=n, attention_backend=backend)  # ≤ 8 ranks of TP 1: one node, NVLink
-        one = GroupBatch(np.array([n]), np.array([0]), np.array([c]), np.array([1]), np.array([0]))
-        terms = CostTerms.parse("legacy,+attention_backend" if backend else "legacy")
-        gc = AnalyticCostModel(job, kernels, terms).group_costs(one)
-        fwd[i], bwd[i] = gc.fwd_compute_s[0] + gc.fwd_comm_s[0], gc.bwd_compute_s[0] + gc.bwd_comm_s[0]
-    return fwd, bwd
-
-
-def fit_step_overhead(predicted: np.ndarray, measured: np.ndarray, steps: np.ndarray) -> float:
-    """The constant c ≥ 0 (seconds per step) minimising Σ ((predicted + c·steps) / measured − 1)²."""
-    p, m, k = (np.asarray(a, dtype=np.float64) for a in (predicted, measured, steps))
-    c = float(np.sum((m - p) * k / m**2) / max(float(np.sum(k * k / m**2)), 1e-300))
-    return _sig(max(c, 0.0))
-
-
-def _fit_ring_overhead(profile: pd.DataFrame, cal: Calibration) -> tuple[Calibration, list[OpFit]]:
-    """``cal`` with the per-ring-step costs fitted to the profile's ring rows (unchanged without any)."""
-    terms, fitted = [], {}
-    for op in RING_OPS:
-        key = f"ring_step_overhead_{op[5:]}_s"
-        rows = profile[profile["op"] == op]
-        if rows.empty:
-            terms.append(OpFit(key, "base", {"seconds": getattr(cal, key)}, note=f"no {op} rows"))
+        if b not in chosen or len(per_kernel[kernel]) > len(per_kernel[chosen[b]]):
+            chosen[b] = kernel
+    if not chosen:
+        return {}
+    full = [k for k in chosen.values() if {"fwd_causal", "fwd_full", "bwd_full"} <= set(per_kernel[k])]
+    ref = per_kernel[max(full, key=lambda k: (len(per_kernel[k]), k))] if full else None
+    out: dict[str, AttentionCurves] = {}
+    for b, kernel in sorted(chosen.items()):
+        have = dict(per_kernel[kernel])
+        x = x_of[kernel]
+        derived = []
+        if "fwd_causal" not in have:
+            continue  # a backend is defined by its causal forward
+        if "fwd_full" not in have and ref is not None:
+            have["fwd_full"] = _ratio_fit(x, have["fwd_causal"], ref["fwd_full"], ref["fwd_causal"])
+            derived.append("fwd_full")
+        for causal, key, fkey in ((1, "bwd_causal", "fwd_causal"), (0, "bwd_full", "fwd_full")):
+            if key not in have and fkey in have and (kernel, causal) in fwd_bwd:
+                xs, fl, sec = fwd_bwd[(kernel, causal)]
+                bwd_s = sec - have[fkey].seconds(fl, xs)
+                if np.all(bwd_s > 0):
+                    have[key] = fit_saturating(xs, ATTENTION_BWD_FACTOR * fl, bwd_s)
+                    derived.append(f"{key} = fwd+bwd - fwd")
+        if "bwd_full" not in have and ref is not None and "fwd_full" in have:
+            have["bwd_full"] = _ratio_fit(x, have["fwd_full"], ref["bwd_full"], ref["fwd_full"])
+            derived.append("bwd_full")
+        if "bwd_causal" not in have and {"bwd_full", "fwd_full"} <= set(have):
+            have["bwd_causal"] = _ratio_fit(x, have["bwd_full"], have["fwd_causal"], have["fwd_full"])
+            derived.append("bwd_causal")
+        if not set(ATTENTION_KEYS) <= set(have):
             continue
-        pred = ring_kernel_seconds(rows, cal)[0 if op == "ring_fwd" else 1]
-        meas = rows["seconds"].to_numpy(np.float64)
-        steps = rows["group_size"].to_numpy(np.float64) - 1
-        c = fit_step_overhead(pred, meas, steps)
-        fitted[key] = c
-        ape = _ape(pred + c * steps, meas)
-        terms.append(OpFit(key, "fitted", {"seconds": c}, len(rows), float(ape.mean()), float(ape.max()),
-                           f"model without it MAPE {_ape(pred, meas).mean():.0%}; ring sizes "
-                           f"{', '.join(map(str, sorted(set(rows['group_size'].astype(int)))))}"))
-    return replace(cal, **fitted), terms  # type: ignore[arg-type]  # fitted: fixed-cost fields only
+        out[b] = AttentionCurves(kernel, derived=tuple(derived), **{k: have[k] for k in ATTENTION_KEYS})
+    return out
 
 
 # ---- the whole calibration ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class OpFit:
-    """One calibrated term: its key (``attn_fwd``, ``gemm``, ``all_gather:nvlink``, ...), how it was obtained
-    (``fitted``, ``derived``, ``base``), the rows used, and mean / max absolute relative error on them."""
-
-    key: str
-    how: str
-    params: dict[str, float]
-    rows: int = 0
-    mape: float = math.nan
-    max_ape: float = math.nan
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class FitReport:
-    """What :func:`fit_calibration` did: the calibrated terms, every attention group's own curve (for
-    plots), and the leave-one-out median error per kernel."""
-
-    name: str
-    kernel: str | None
-    head_dim: int | None
-    terms: tuple[OpFit, ...]
-    groups: dict[GroupKey, SaturatingCurve] = field(default_factory=dict)
-    group_mape: dict[GroupKey, float] = field(default_factory=dict)
-    loo_median: dict[str, float] = field(default_factory=dict)
-
-    def term(self, key: str) -> OpFit:
-        return next(t for t in self.terms if t.key == key)
-
-
 def _choose(df: pd.DataFrame, kernel: str | None, head_dim: int | None) -> tuple[str | None, int | None]:
     att = df[df["op"].isin(ATTENTION_OPS)]
     if att.empty:
@@ -342,7 +260,7 @@ def _choose(df: pd.DataFrame, kernel: str | None, head_dim: int | None) -> tuple
 
 
 def _curve_term(key: str, g: pd.DataFrame, curve: SaturatingCurve, how: str, note: str = "") -> OpFit:
-    ape = _ape(curve.seconds(row_flops(g), row_size(g)), g["seconds"].to_numpy())
+    ape = abs_rel_errors(curve.seconds(row_flops(g), row_size(g)), g["seconds"].to_numpy())
     return OpFit(key, how, {"peak_tflops": curve.peak_tflops, "half": curve.half}, len(g), float(ape.mean()),
                  float(ape.max()), note)
 
@@ -353,9 +271,7 @@ def _derive_causal_bwd(groups: dict[GroupKey, SaturatingCurve], rows: dict[Group
     if not all(k in groups for k in need):
         return None
     bn, fc, fn = (groups[k] for k in need)
-    x = np.unique(row_size(rows[need[0]]))
-    tf = bn.tflops(x) * fc.tflops(x) / fn.tflops(x)
-    return fit_saturating(x, tf * 1e12, np.ones_like(x))
+    return _ratio_fit(np.unique(row_size(rows[need[0]])), bn, fc, fn)
 
 
 def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kernel: str | None = None,
@@ -369,7 +285,7 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
     kernel, d = _choose(profile, kernel, head_dim)
     rows = attention_groups(profile)
     groups = {k: _fit_rows(g) for k, g in rows.items()}
-    group_mape = {k: float(_ape(c.seconds(row_flops(rows[k]), row_size(rows[k])), rows[k]["seconds"]).mean())
+    group_mape = {k: float(abs_rel_errors(c.seconds(row_flops(rows[k]), row_size(rows[k])), rows[k]["seconds"]).mean())
                   for k, c in groups.items()}
     terms: list[OpFit] = []
     fwd, bwd = base.attn_fwd, base.attn_bwd
@@ -411,7 +327,7 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
         lm = fit_link(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64),
                       g["seconds"].to_numpy(), b)
         comm[key] = lm
-        ape = _ape(lm.seconds(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64)),
+        ape = abs_rel_errors(lm.seconds(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64)),
                    g["seconds"].to_numpy())
         terms.append(OpFit(key, "fitted", {"base_s": lm.base_s, "hop_s": lm.hop_s, "busbw_gbs": lm.busbw_gbs},
                            len(g), float(ape.mean()), float(ape.max()),
@@ -445,8 +361,8 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
         terms.append(OpFit(f"attention:{backend}", "fitted" if backend in profiled else "base",
                            {"peak_tflops": ac.fwd_causal.peak_tflops, "half": ac.fwd_causal.half},
                            note=f"causal forward of kernel {ac.kernel} d{d}; derived: {derived_names}"))
-    cal, layer_terms = _fit_layer_overhead(profile, cal)
-    cal, ring_terms = _fit_ring_overhead(profile, cal)
+    cal, layer_terms = fit_layer_overhead(profile, cal)
+    cal, ring_terms = fit_ring_overhead(profile, cal)
     layer_terms = layer_terms + ring_terms
     terms[3:3] = layer_terms  # after attn_fwd, attn_bwd, gemm; before the collectives
     report = FitReport(name, kernel, d, tuple(terms), groups, group_mape, loo_summary(profile))

@@ -34,6 +34,7 @@ import numpy as np
 
 from dcpsim.cost_models.errors import InfeasibleError
 from dcpsim.cost_models.head import logits_bytes
+from dcpsim.cost_models.moe import moe_extra_activation_bytes, stage_expert_params
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.cost_models.terms import CostTerms
 
@@ -66,8 +67,6 @@ def model_state_bytes(job: JobSpec, stage: int) -> float:
     ranks of an EP group (weights and gradients / (t·ep)); their optimizer states over the pool / ep ranks
     of expert data parallelism, which is 12 B / (t·W) per parameter as for the dense part."""
     if job.model.is_moe:
-        from dcpsim.cost_models.moe import stage_expert_params
-
         experts = stage_expert_params(job, stage)
         dense = stage_params(job, stage) - experts
         return (dense / job.tp * (STATE_BYTES_PER_PARAM + SHARDED_STATE_BYTES_PER_PARAM / job.pool)
@@ -83,8 +82,6 @@ def activation_bytes_per_token(job: JobSpec, terms: CostTerms | None = None, sta
     if (terms or CostTerms()).memory_extra:
         per_layer = per_layer + job.heads_per_rank * FP32_BYTES  # FlashAttention's log-sum-exp
     if job.model.is_moe:
-        from dcpsim.cost_models.moe import moe_extra_activation_bytes
-
         return per_layer * job.layers_per_stage + moe_extra_activation_bytes(job, stage)
     return per_layer * job.layers_per_stage
 

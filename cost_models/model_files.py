@@ -1,8 +1,8 @@
 """Models from files: a Hugging Face ``config.json`` or a TOML file with the fields of :class:`ModelSpec`.
 
-``resolve_model(text)`` is what ``--model`` and the scenario field ``model`` go through: a preset name
-(cost_models/presets.py), a path ending in ``.json`` (a Hugging Face config) or in ``.toml``, or a folder
-holding a ``config.json`` (a downloaded Hugging Face model).
+``cost_models.presets.get_model(text)`` is what ``--model`` and the scenario field ``model`` go through: a
+preset name, else :func:`model_from_path`: a path ending in ``.json`` (a Hugging Face config) or in ``.toml``,
+or a folder holding a ``config.json`` (a downloaded Hugging Face model).
 
 Hugging Face families (``model_type``, else the first of ``architectures``) and what is read, following each
 family's modelling code in transformers (``models/<family>/modeling_<family>.py``):
@@ -98,11 +98,13 @@ def is_model_file(text: str) -> bool:
     return Path(str(text)).suffix.lower() in (".json", ".toml")
 
 
-def resolve_model(text: str) -> ModelSpec:
-    """A preset name, a Hugging Face ``config.json`` or a model TOML file."""
-    from dcpsim.cost_models.presets import get_model
-
-    return get_model(text)
+def model_from_path(text: str) -> ModelSpec | None:
+    """The model of a model file (``.json``, ``.toml``) or of a Hugging Face model folder ``text``; None when
+    ``text`` names neither (then it can only be a preset name)."""
+    if is_model_file(text):
+        return load_model_file(text)
+    config = model_dir_config(text)
+    return None if config is None else load_model_file(config)
 
 
 def load_model_file(path: str | Path) -> ModelSpec:

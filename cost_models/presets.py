@@ -14,6 +14,7 @@ published, the link's data-sheet rate times the efficiency measured on H100 (:da
 from __future__ import annotations
 
 from dcpsim.cost_models.errors import SpecError
+from dcpsim.cost_models.model_files import model_from_path
 from dcpsim.cost_models.specs import GPUSpec, ModelSpec
 
 _HF = "https://huggingface.co/"
@@ -123,13 +124,9 @@ def get_model(name: str) -> ModelSpec:
     (``.toml``), read by :mod:`cost_models.model_files`."""
     if name in MODELS:
         return MODELS[name]
-    from dcpsim.cost_models.model_files import is_model_file, load_model_file, model_dir_config
-
-    if is_model_file(name):
-        return load_model_file(name)
-    config = model_dir_config(name)
-    if config is not None:  # a Hugging Face model folder: its config.json
-        return load_model_file(config)
+    model = model_from_path(name)
+    if model is not None:
+        return model
     raise SpecError(f"unknown model preset {name!r}; valid: {', '.join(sorted(MODELS))}, or a Hugging Face "
                     "config.json or a model .toml file")
 

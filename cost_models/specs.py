@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from dcpsim.cost_models.attention_backends import check_attention_backend
 from dcpsim.cost_models.errors import SpecError
 from dcpsim.cost_models.stragglers import NO_STRAGGLERS, Stragglers
 
@@ -289,9 +290,7 @@ class JobSpec:
         _require(self.memory_reserve_gb >= 0, "job.memory_reserve_gb", self.memory_reserve_gb, "≥ 0")
         _require(isinstance(self.tp_comm_overlap, (int, float)) and 0.0 <= self.tp_comm_overlap <= 1.0,
                  "job.tp_comm_overlap", self.tp_comm_overlap, "a fraction between 0 (exposed) and 1 (hidden)")
-        from dcpsim.cost_models.attention_backends import check_backend  # it imports this module
-
-        check_backend(self.attention_backend, "job.attention_backend")
+        check_attention_backend(self.attention_backend, "job.attention_backend")
         if self.ep > 1:
             _require(self.model.is_moe, "job.ep", self.ep, f"1 for the dense model {self.model.name!r} "
                      "(expert parallelism needs a MoE model)")

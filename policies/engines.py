@@ -4,13 +4,14 @@ or ``auto`` (the cheapest of the valid ones under the cost model). Shared by eve
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
+from dcpsim.cost_models.ulysses import ulysses_degrees as job_ulysses_degrees
+from dcpsim.cost_models.ulysses import ulysses_degrees_of  # noqa: F401 (policies.hydra_options imports it from here)
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.flatten import flatten, repeat_groups
 from dcpsim.policies.plan import Engine, Microbatch, Plan
@@ -27,17 +28,9 @@ def check_engine_choice(kind: str) -> None:
 
 
 def ulysses_degrees(size: int, job: JobSpec) -> list[int]:
-    """Valid inner Ulysses degrees u for a group of ``size`` ranks: u divides the group size and the KV heads
-    per TP rank, and u ranks (u·t GPUs) fit in one NVLink domain (``gpu.nvlink_domain`` GPUs: 8 on HGX nodes,
-    72 on GB200 NVL72), so that the all-to-alls can run at NVLink rate (cost_models.topology)."""
-    return list(ulysses_degrees_of(size, job.kv_heads_per_rank, max(1, job.gpu.nvlink_domain // job.tp)))
-
-
-@lru_cache(maxsize=4096)
-def ulysses_degrees_of(size: int, kv_heads_per_rank: int, domain_ranks: int) -> tuple[int, ...]:
-    """:func:`ulysses_degrees` of a job with ``kv_heads_per_rank`` KV heads per TP rank and ``domain_ranks`` ranks
-    per NVLink domain (kept per argument triple: a planner asks for the same few sizes many times)."""
-    return tuple(u for u in range(1, min(size, domain_ranks) + 1) if size % u == 0 and kv_heads_per_rank % u == 0)
+    """Valid inner Ulysses degrees u for a group of ``size`` ranks (cost_models.ulysses, the one rule): u
+    divides the group size and the KV heads per TP rank, and u ranks (u·t GPUs) fit in one NVLink domain."""
+    return list(job_ulysses_degrees(job, size))
 
 
 def engine_for(kind: str, size: int, job: JobSpec, cost_model: CostModel | None = None,

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dcpsim.cost_models.ulysses import ulysses_problem
 from dcpsim.policies.errors import PlanError, PolicyError
 from dcpsim.policies.plan import Plan
 
@@ -30,7 +31,9 @@ def validate_plan(plan: Plan, batch: GlobalBatch, *, max_tokens_per_rank: float 
 
     Checks: every sequence of the batch appears exactly once and no unknown id appears; groups of a
     microbatch are disjoint and use only ranks ``0..W-1``; engine sizes multiply to the group size; the
-    Ulysses degree divides the (KV) heads per rank; per-rank tokens (Σ L / degree over the rank's groups in
+    Ulysses degree is valid (cost_models.ulysses.ulysses_problem, the rule the bound and the planners read: it
+    divides the (KV) heads per rank, each checked when given; a degree wider than an NVLink domain is valid,
+    priced across domains, and never offered by a planner); per-rank tokens (Σ L / degree over the rank's groups in
     one microbatch) stay within ``max_tokens_per_rank``.
 
     Groups need not be contiguous: a group of ranks 0 and 8 is valid, and the cost model prices it by the
@@ -64,10 +67,9 @@ def validate_plan(plan: Plan, batch: GlobalBatch, *, max_tokens_per_rank: float 
                 raise PlanError(f"{where}: engine {g.engine} has size {g.engine.size} "
                                 f"(ulysses {g.engine.ulysses} x ring {g.engine.ring}) but the group has "
                                 f"{g.size} ranks")
-            u = g.engine.ulysses
-            for what, n in (("KV heads", kv_heads_per_rank), ("heads", heads_per_rank)):
-                if n is not None and u > 1 and n % u:
-                    raise PlanError(f"{where}: Ulysses degree {u} does not divide the {what} per rank ({n})")
+            bad = ulysses_problem(g.engine.ulysses, kv_heads_per_rank, heads_per_rank)
+            if bad is not None:
+                raise PlanError(f"{where}: {bad}")
             total = 0
             for s in g.seq_ids:
                 if s not in length_of:

@@ -34,9 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dcpsim.cost_models.analytic import AnalyticCostModel
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.errors import InfeasibleError
+from dcpsim.cost_models.pricing import fixed_from_probes, pricing_of
+from dcpsim.cost_models.ulysses import ulysses_degrees
 
 MEMORY_SLACK = 1e-9  # the plan validator's relative tolerance on the per-rank token budget
 CHAIN_LENGTHS = 64  # distinct lengths whose chain gets its PP transfers priced (the longest compute chains)
@@ -79,9 +80,9 @@ class BoundCache:
 
 
 def ulysses_options(job) -> list[int]:
-    """Every Ulysses degree u the validator accepts: u divides both the KV heads and the heads per rank."""
-    kv, h = int(job.kv_heads_per_rank), int(job.heads_per_rank)
-    return [u for u in range(1, max(kv, 1) + 1) if kv % u == 0 and h % u == 0]
+    """Every Ulysses degree u the validator accepts in a group of some size (cost_models.ulysses: u divides the
+    KV heads, and so the heads, per rank; wider than an NVLink domain included, as the validator accepts it)."""
+    return list(ulysses_degrees(job, within_domain=False))
 
 
 def _compute(cost_model: CostModel, stage: int, seq_len: np.ndarray, seq_group: np.ndarray, size: np.ndarray,
@@ -100,22 +101,12 @@ def _compute(cost_model: CostModel, stage: int, seq_len: np.ndarray, seq_group: 
 
 
 def ulysses_floor(cost_model: CostModel, tpr: np.ndarray, u: np.ndarray) -> np.ndarray | float:
-    """A lower bound on the exposed Ulysses all-to-all time per rank of one forward (equally one backward) of
-    a group with Ulysses degree ``u`` holding ``tpr`` tokens per rank, affine in ``tpr`` (assumption U,
-    docs/bound.md): the analytic model's four all-to-alls per layer (``AnalyticCostModel._ulysses_time``) are
-    α + β·tpr on each link class, so α* + β*·tpr with α*, β* the smaller of the NVLink and the network
-    intercept and slope is below either, wherever the group's inner groups sit. 0 for other cost models (CP
-    communication then enters only as ≥ 0)."""
-    if not isinstance(cost_model, AnalyticCostModel):
-        return 0.0
-    uniq, idx = np.unique(np.asarray(u, dtype=np.float64), return_inverse=True)  # priced once per degree
-    t0 = [cost_model._ulysses_time(np.zeros_like(uniq), uniq, np.full(uniq.shape, x)) for x in (False, True)]
-    t1 = [cost_model._ulysses_time(np.ones_like(uniq), uniq, np.full(uniq.shape, x)) for x in (False, True)]
-    alpha = np.minimum(t0[0], t0[1])
-    beta = np.maximum(np.minimum(t1[0] - t0[0], t1[1] - t0[1]), 0.0)
-    nl = cost_model.job.layers_per_stage
-    per = np.where(uniq > 1, nl, 0.0)
-    return (per * alpha)[idx] + (per * beta)[idx] * np.asarray(tpr, dtype=np.float64)
+    """The cost model's declared lower bound on the exposed Ulysses all-to-all time per rank of one forward
+    (equally one backward) of a group with Ulysses degree ``u`` holding ``tpr`` tokens per rank, affine in
+    ``tpr`` (assumption U, docs/bound.md; ``Pricing.ulysses_floor``: the analytic model's four all-to-alls per
+    layer, the smaller of the NVLink and the network intercept and slope). 0 for a cost model that declares
+    none (CP communication then enters only as ≥ 0)."""
+    return pricing_of(cost_model).ulysses_floor(tpr, u)
 
 
 def group_fixed(cost_model: CostModel, stage: int, size: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -125,21 +116,19 @@ def group_fixed(cost_model: CostModel, stage: int, size: np.ndarray, u: np.ndarr
     n = len(size)
     one_f, one_b = _compute(cost_model, stage, np.ones(n), np.arange(n), size, u)
     two_f, two_b = _compute(cost_model, stage, np.ones(2 * n), np.repeat(np.arange(n), 2), size, u)
-    return np.maximum(2.0 * one_f - two_f, 0.0), np.maximum(2.0 * one_b - two_b, 0.0)
+    return fixed_from_probes(one_f, two_f), fixed_from_probes(one_b, two_b)
 
 
 def stage_classes(cost_model: CostModel, num_stages: int) -> list[int]:
     """Per stage, the stage whose compute + TP communication (and Ulysses floor) it shares for every group,
-    so that the bound prices each class once. ``AnalyticCostModel`` with a dense model: every stage runs
-    ``layers_per_stage`` identical layers and only the ends differ (the embedding at stage 0, the LM head at
-    p − 1: ``AnalyticCostModel.ends_s``), so stages 1 … p − 2 are one class (links, which depend on the
-    stage, are CP communication, outside what the bound reads); ``tests/sim/test_bound_properties.py``
-    checks it. A MoE model (its stages mix dense and MoE layers) and any other cost model: every stage its
-    own class."""
+    so that the bound prices each class once: the cost model's ``Pricing.compute_stage_classes`` (the analytic
+    model of a dense model: the stages between the ends are one class; any other: every stage its own), every
+    stage its own when the bound is asked for a stage count other than the job's.
+    ``tests/sim/test_bound_properties.py`` checks it."""
     p = int(num_stages)
-    if isinstance(cost_model, AnalyticCostModel) and not cost_model.job.model.is_moe and p == cost_model.job.pp:
-        return [s if s in (0, p - 1) else min(1, p - 1) for s in range(p)]
-    return list(range(p))
+    if p != cost_model.job.pp:
+        return list(range(p))
+    return list(pricing_of(cost_model).compute_stage_classes())
 
 
 def _options(pool: int, us: list[int]) -> tuple[np.ndarray, np.ndarray]:

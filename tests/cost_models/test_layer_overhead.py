@@ -11,7 +11,8 @@ import pytest
 from dcpsim.cost_models import Calibration, get_gpu, get_model
 from dcpsim.cost_models.calibration import published_calibration
 from dcpsim.cost_models.errors import CalibrationError
-from dcpsim.cost_models.fitting import fit_calibration, fit_overhead, layer_kernel_seconds
+from dcpsim.cost_models.fit_overheads import fit_overhead, layer_kernel_seconds
+from dcpsim.cost_models.fitting import fit_calibration
 from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
 from dcpsim.cost_models.profile_table import COLUMNS, validate_profile
 

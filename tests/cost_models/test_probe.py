@@ -1,5 +1,5 @@
-"""cost_models.probe (alone_stage_totals with option=, HyDra's probes) gives group_costs' total_s of each sequence
-alone in a group like its option, bit for bit, on every branch the fused arithmetic folds: rings and all-to-alls
+"""cost_models.analytic_pricing (alone_stage_totals with option=, HyDra's probes) gives group_costs' total_s of each sequence
+alone in a group like its option, bit for bit, on every branch of the model: rings and all-to-alls
 on NVLink or the network (and a NIC share below 1, the network bytes scaled), options without a ring or without
 all-to-alls among ones with them, every cost term off in turn, TP > 1 (its terms added), one pipeline stage (the
 embedding and the LM head on the same stage), stages off domain boundaries (crossings per stage), the stage
@@ -106,15 +106,15 @@ def test_a_second_call_with_the_same_options_reuses_its_table_and_gives_the_same
     lengths = np.array([5, 900, 30000, 250000])
     pick = np.array([0, 4, 7, 9])
     first = cm.alone_stage_totals(lengths, OPTIONS[:, 0], OPTIONS[:, 1], (3,), option=pick)[0]
-    tables = dict(cm._memo["option_tables"])
+    tables = dict(cm._memo["option_groups"])
     again = cm.alone_stage_totals(lengths, OPTIONS[:, 0], OPTIONS[:, 1], (3,), option=pick)[0]
-    assert cm._memo["option_tables"] == tables and len(tables) == 1
+    assert cm._memo["option_groups"] == tables and len(tables) == 1
     assert again.tobytes() == first.tobytes()
     assert cm.alone_stage_totals(lengths[:0], OPTIONS[:, 0], OPTIONS[:, 1], (3,), option=pick[:0])[0].shape == (0,)
 
 
 def test_golden_per_option_totals_of_the_version_before():
-    # printed by group_costs(...).total_s at commit 1220d3e (before cost_models.probe) for these groups
+    # printed by group_costs(...).total_s at commit 1220d3e (before the probe path) for these groups
     lengths = [1, 2, 900, 30000, 250000]
     pick = [0, 5, 4, 6, 9]  # (1, 1), (8, 8), (8, 4), (16, 1), (64, 8)
     golden = {("all", 0): GOLDEN_ALL_0, ("all", 3): GOLDEN_ALL_3, ("legacy", 3): GOLDEN_LEGACY_3}

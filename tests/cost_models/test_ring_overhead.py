@@ -9,7 +9,8 @@ import pytest
 from dcpsim.cost_models import get_gpu
 from dcpsim.cost_models.calibration import published_calibration
 from dcpsim.cost_models.errors import CalibrationError
-from dcpsim.cost_models.fitting import fit_calibration, fit_step_overhead, ring_kernel_seconds
+from dcpsim.cost_models.fit_overheads import fit_step_overhead, ring_kernel_seconds
+from dcpsim.cost_models.fitting import fit_calibration
 from dcpsim.cost_models.profile_table import COLUMNS, validate_profile
 
 
