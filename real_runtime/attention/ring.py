@@ -31,7 +31,8 @@ import torch
 
 from dcpsim.real_runtime.attention.comm import CPComm, RingShift
 from dcpsim.real_runtime.attention.layout import DualChunkLayout
-from dcpsim.real_runtime.attention.local import AttentionBackend, merge_partials
+from dcpsim.real_runtime.attention.backend import AttentionBackend
+from dcpsim.real_runtime.attention.local import merge_partials
 
 
 def _index(ix: np.ndarray, device: torch.device) -> torch.Tensor:

@@ -111,7 +111,7 @@ def _compare(extra: list[str], trace: Path, capsys) -> dict:
 
 
 def test_compare_with_a_calibration_equal_to_the_default_is_identical(tmp_path, capsys, monkeypatch):
-    from dcpsim.experiments import cmd_compare
+    from dcpsim.experiments.cli import compare as cmd_compare
 
     # the progress bar is off (--no-progress); keep it from touching a stderr captured by an earlier test
     monkeypatch.setattr(cmd_compare, "Progress", lambda *a, **k: None)

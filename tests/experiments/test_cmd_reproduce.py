@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from dcpsim.experiments import cmd_reproduce
+from dcpsim.experiments.cli import reproduce as cmd_reproduce
 from dcpsim.experiments.cli import main
 
 

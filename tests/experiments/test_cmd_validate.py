@@ -53,7 +53,7 @@ def test_writes_profile_calibration_errors_and_plot(validated):
     # the written calibration is the fit of the written profile: refitting profile.csv gives it back
     import argparse
 
-    from dcpsim.experiments.cmd_validate import calibrate
+    from dcpsim.experiments.cli.validate import calibrate
 
     refit, _ = calibrate(prof, argparse.Namespace(gpu="h200", device="cpu", no_layer_overhead=False), "float32")
     for term in ("attn_fwd", "attn_bwd", "gemm", "layer_overhead_fwd_s", "layer_overhead_bwd_s"):

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from dcpsim.experiments.scenario import DEFAULT_SCENARIO, Scenario
+from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO, Scenario
 from dcpsim.policies.registry import OptionType
 
 
@@ -89,7 +89,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     base = DEFAULT_SCENARIO
     if getattr(args, "scenario", None):
-        from dcpsim.experiments.scenario_files import load_scenario
+        from dcpsim.experiments.scenario.files import load_scenario
 
         base = load_scenario(args.scenario)
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in

@@ -7,8 +7,8 @@ T alone, ``all,-T`` for every term T left out, and ``all``. Each cell is one ``d
 
 Run (prints a markdown table; ``--json FILE`` also writes the raw ratios)::
 
-    python -m dcpsim.experiments.sensitivity                        # every shipped scenario (slow: prod-11264)
-    python -m dcpsim.experiments.sensitivity --scenario default --scenario h100-512-32k
+    python -m dcpsim.experiments.studies.sensitivity                        # every shipped scenario (slow: prod-11264)
+    python -m dcpsim.experiments.studies.sensitivity --scenario default --scenario h100-512-32k
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def table(results: dict[str, dict[str, dict[str, float]]], vs: Sequence[str]) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dcpsim.experiments.sensitivity", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m dcpsim.experiments.studies.sensitivity", description=__doc__.split("\n")[0])
     p.add_argument("--scenario", action="append", help="a shipped scenario name (repeatable; default: all)")
     p.add_argument("--json", metavar="FILE", help="also write the ratios as JSON")
     args = p.parse_args(argv)

@@ -1,13 +1,18 @@
 """The ``dcpsim`` command line.
 
-Every sub-command is a module ``experiments/cmd_<name>.py`` defining ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``; they are discovered here, so adding a command is one new
-module. Errors a user can cause (bad trace, unknown preset, impossible job, a malformed flag value, ...) print
+Every sub-command is one module of this package, ``experiments/cli/<name>.py``, defining ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int`` (and optionally ``ORDER``, its place in ``--help``); the
+modules are discovered here, so **adding a command is one new module in experiments/cli/** (a module without
+``NAME``, such as ``args``, the flags several commands share, is not a command). A command module parses its
+arguments, calls one library function (in experiments/, real_runtime/, cost_models/ ...) and prints what it
+returns; the work itself lives in the library, where tests call it directly.
+
+Errors a user can cause (bad trace, unknown preset, impossible job, a malformed flag value, ...) print
 one line and exit 2.
 
 Start-up stays light: building the parser imports every command module, so a command module imports only
 argparse-level things at the top and its heavy dependencies (pandas, scipy, simpy, matplotlib, torch) inside
-``run()``; ``experiments/bench_startup.py`` measures it.
+``run()``; ``experiments/bench/startup.py`` measures it.
 """
 
 from __future__ import annotations
@@ -20,16 +25,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from dcpsim import experiments
 from dcpsim.experiments.errors import user_errors
 
 
 def _commands():
-    mods = []
-    for m in pkgutil.iter_modules(experiments.__path__):
-        if m.name.startswith("cmd_"):
-            mods.append(importlib.import_module(f"dcpsim.experiments.{m.name}"))
-    return sorted(mods, key=lambda mod: getattr(mod, "ORDER", 50))
+    """Every command module of this package (those defining ``NAME``), in ``ORDER``."""
+    mods = [importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)]
+    return sorted((mod for mod in mods if hasattr(mod, "NAME")), key=lambda mod: getattr(mod, "ORDER", 50))
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -1,6 +1,6 @@
 """HyDra against its own option settings: is the default ever more than 2% slower than the best setting?
 
-    .venv/bin/python -m dcpsim.experiments.hydra_options [--scenarios default,h100-512-32k,...] [--seeds 0,1,2]
+    .venv/bin/python -m dcpsim.experiments.studies.hydra_ablation [--scenarios default,h100-512-32k,...] [--seeds 0,1,2]
                                                          [--settings 'profile=False;tolerance=0.1;...']
                                                          [--json]
 
@@ -33,7 +33,7 @@ def measure(scenario: str, seed: int, settings: list[str]) -> dict:
     """Iteration time and efficiency of the default and every setting on one scenario × seed."""
     from dcpsim.experiments.errors import user_errors
     from dcpsim.experiments.runner import build_policy, parse_policy_specs
-    from dcpsim.experiments.scenario_files import load_scenario
+    from dcpsim.experiments.scenario.files import load_scenario
     from dcpsim.policies.validate import validate_plan
     from dcpsim.sim.bound import BoundCache
     from dcpsim.sim.simulate import simulate_plan
@@ -62,7 +62,7 @@ def measure(scenario: str, seed: int, settings: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dcpsim.experiments.hydra_options", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m dcpsim.experiments.studies.hydra_ablation", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS))
     ap.add_argument("--seeds", default="0,1,2")

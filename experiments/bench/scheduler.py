@@ -1,6 +1,6 @@
 """Scheduling wall time of DCP policies: one global batch of n sequences over a pool of W ranks.
 
-    .venv/bin/python experiments/bench_scheduler.py [--quick] [--policies hydra,mcore-dcp]
+    .venv/bin/python experiments/bench/scheduler.py [--quick] [--policies hydra,mcore-dcp]
                                                     [--n 512,2048,8192,32768] [--w 64,256,1024,4096]
                                                     [--repeats 3] [--trace 256k]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from dcpsim.experiments.options import add_scenario_arguments, scenario_from_args
+from dcpsim.experiments.cli.args import add_scenario_arguments, scenario_from_args
 
 NAME = "skew"
 HELP = "print and plot per-rank tokens against compute time per microbatch"
@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from dcpsim.experiments.report import format_table
+    from dcpsim.experiments.output.tables import format_table
     from dcpsim.experiments.runner import parse_policy_specs, run_policy
     from dcpsim.sim.metrics import equal_tokens_time_ratio, rank_microbatch_table
 

@@ -1,6 +1,6 @@
 """Simulator speed: seconds per simulated iteration and engine events per second, at 512 to 11,264 GPUs.
 
-    .venv/bin/python experiments/bench_sim.py [--scenarios h100-512-256k,prod-2048-256k,prod-11264-256k]
+    .venv/bin/python experiments/bench/sim.py [--scenarios h100-512-256k,prod-2048-256k,prod-11264-256k]
                                               [--policies static-cp,mcore-dcp,hydra] [--repeats 3]
                                               [--profile SCENARIO:POLICY]
 
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from dcpsim.experiments.runner import PolicySpec, build_policy
-from dcpsim.experiments.scenario_files import load_scenario
+from dcpsim.experiments.scenario.files import load_scenario
 from dcpsim.policies.registry import available_policies
 from dcpsim.sim.engine import execute
 from dcpsim.sim.flatten import flatten

@@ -30,7 +30,7 @@ from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
 from dcpsim.cost_models.head import embedding_compute_s, head_compute_s
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.options import positive_int
+from dcpsim.experiments.cli.args import positive_int
 from dcpsim.policies.engines import ulysses_degrees
 
 NAME = "cost"
@@ -146,7 +146,7 @@ def predict(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dcpsim.experiments.report import format_table  # pandas: loaded only when run
+    from dcpsim.experiments.output.tables import format_table  # pandas: loaded only when run
 
     r = predict(args)
     if args.json:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pandas loads in run(): 'dcpsim --help' stays fast
     import pandas as pd
 
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.options import positive_int, typed
+from dcpsim.experiments.cli.args import positive_int, typed
 
 NAME = "validate"
 HELP = "run policies for real (torch.distributed) and compare with the simulator's predictions"
@@ -180,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
         same_ranking,
         summarise,
     )
-    from dcpsim.real_runtime.launch import check_backend
+    from dcpsim.real_runtime.launch import check_dist_backend
     from dcpsim.real_runtime.profile import profile_job, run_profile
     from dcpsim.real_runtime.run import run_workloads
     from dcpsim.real_runtime.runner import TrainConfig
@@ -190,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
-    check_backend(args.backend, args.device, args.nproc)
+    check_dist_backend(args.backend, args.device, args.nproc)
     budget = args.max_tokens_per_rank or math.ceil(args.context_len / args.nproc)
     job = JobSpec(model=get_model(args.model), gpu=get_gpu(args.gpu), tp=1, pp=1, pool=args.nproc,
                   context_len=args.context_len, global_batch_tokens=args.tokens, max_tokens_per_rank=budget)
@@ -307,7 +307,7 @@ def print_ranking(rk: dict[str, Any]) -> None:
 
 def print_report(doc: dict[str, Any]) -> None:
     """The per-microbatch table, the per-policy summary, the ranking line, the fit and what was written."""
-    from dcpsim.experiments.report import format_table
+    from dcpsim.experiments.output.tables import format_table
 
     def pct(v: float) -> str:
         return "-" if math.isnan(v) else f"{v:.1%}"

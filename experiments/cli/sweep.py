@@ -27,8 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from dcpsim.experiments.options import positive_int, typed
-from dcpsim.experiments.progress import Progress
+from dcpsim.experiments.cli.args import positive_int, typed
+from dcpsim.experiments.output.progress import Progress
 
 NAME = "sweep"
 HELP = "run a what-if grid of scenario fields x seeds x policies (parallel, resumable)"
@@ -56,12 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.errors import ScenarioError
-    from dcpsim.experiments.sweep import load_sweep, run_sweep
+    from dcpsim.experiments.sweep.driver import run_sweep
+    from dcpsim.experiments.sweep.grid import load_sweep
 
     if args.address and args.backend != "ray":
         raise ScenarioError(f"--address {args.address}: only with --backend ray")
     if args.backend == "ray":
-        from dcpsim.experiments.sweep_ray import import_ray
+        from dcpsim.experiments.sweep.ray import import_ray
 
         import_ray()  # a missing Ray is one line, before any work
     sweep = load_sweep(args.grid)

@@ -1,6 +1,6 @@
 """Sweep throughput: tasks/s of a grid of small points on the local process pool and on Ray, in one run.
 
-    .venv/bin/python experiments/bench_sweep.py [--tasks 1000] [--workers N] [--backends process,ray]
+    .venv/bin/python experiments/bench/sweep.py [--tasks 1000] [--workers N] [--backends process,ray]
                                                 [--address ADDR]
 
 The grid: the ``tiny`` model (2 layers, hidden 128) on H100, TP 1, PP 2, pools of 2, 4 and 8 ranks at
@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dcpsim.experiments.sweep import load_sweep, run_sweep
+from dcpsim.experiments.sweep.driver import run_sweep
+from dcpsim.experiments.sweep.grid import load_sweep
 
 BASE = """
 model = "tiny"
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             ray = None
             if backend == "ray":
-                from dcpsim.experiments.sweep_ray import connect, import_ray
+                from dcpsim.experiments.sweep.ray import connect, import_ray
 
                 ray = import_ray()
                 t0 = time.perf_counter()

@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.figures import make_figures, select
     from dcpsim.experiments.runner import parse_policy_specs
-    from dcpsim.experiments.scenario_files import load_scenario
+    from dcpsim.experiments.scenario.files import load_scenario
 
     select(args.only)  # fail early on a bad --only
     scenarios = [load_scenario(s) for s in args.scenario] if args.scenario else None

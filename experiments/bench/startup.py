@@ -1,6 +1,6 @@
 """Start-up time of the ``dcpsim`` command line, as a ratio to ``python -c "import numpy"``.
 
-    .venv/bin/python experiments/bench_startup.py [--runs 15]
+    .venv/bin/python experiments/bench/startup.py [--runs 15]
 
 Each command runs ``--runs`` times as a fresh subprocess of this interpreter (``python -m dcpsim ...``,
 output discarded); the median wall time counts, and is printed beside its ratio to the median of

@@ -203,7 +203,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from dcpsim.experiments.report import format_table
+    from dcpsim.experiments.output.tables import format_table
 
     cases = all_cases(args.suite)
     bad = [c for c in cases if not c.ok]

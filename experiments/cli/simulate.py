@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from dcpsim.experiments.options import add_scenario_arguments, scenario_from_args
-from dcpsim.experiments.progress import Progress
+from dcpsim.experiments.cli.args import add_scenario_arguments, scenario_from_args
+from dcpsim.experiments.output.progress import Progress
 
 NAME = "simulate"
 HELP = "simulate one policy (default: hydra on the built-in scenario)"
@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dcpsim.experiments.report import format_table
+    from dcpsim.experiments.output.tables import format_table
     from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
     from dcpsim.sim.metric_spec import declarations
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         df = last.timeline.to_frame()
         (df.to_parquet if args.timeline_out.endswith(".parquet") else df.to_csv)(args.timeline_out, index=False)
     if args.chrome_trace:
-        from dcpsim.experiments.chrome_trace import write_chrome_trace
+        from dcpsim.experiments.output.chrome_trace import write_chrome_trace
 
         write_chrome_trace(args.chrome_trace, last.timeline, label=spec.label,
                            metadata={"scenario": sc.to_dict(), "policy": spec.label, "metrics": summary.to_dict()})

@@ -103,7 +103,7 @@ def _fmt_params(params: dict[str, float]) -> str:
 
 def report_text(report: FitReport) -> str:
     """Fitted terms with their errors, then the leave-one-out medians per kernel."""
-    from dcpsim.experiments.report import format_table
+    from dcpsim.experiments.output.tables import format_table
 
     pct = lambda v: "-" if math.isnan(v) else f"{v:.1%}"
     rows = [[t.key, t.how, _fmt_params(t.params), str(t.rows), pct(t.mape), pct(t.max_ape), t.note]

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.sweep import Task, error_record, run_task
+from dcpsim.experiments.sweep.task import Task, error_record, run_task
 
 MISSING_RAY = ("--backend ray needs Ray, which is not installed here: pip install 'dcpsim[ray]' "
                "(and the same on every node of the cluster)")
@@ -85,7 +85,7 @@ def run_ray(todo: list[Task], finished: Callable[[dict[str, Any]], None], num_cp
     ray = import_ray()
     if not todo:
         return
-    from dcpsim.experiments.sweep_keys import runtime_versions
+    from dcpsim.experiments.sweep.keys import runtime_versions
 
     started = connect(ray, address, num_cpus)
     remote = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(fn)

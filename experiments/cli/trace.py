@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dcpsim.experiments.options import positive_int
+from dcpsim.experiments.cli.args import positive_int
 from dcpsim.traces import available_presets, get_preset, read_trace, split_long
 from dcpsim.traces.spec import is_distribution_spec, resolve_length_source
 

@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from dcpsim.experiments.sweep import Task, error_record, run_task
+from dcpsim.experiments.sweep.task import Task, error_record, run_task
 
 Finished = Callable[[dict[str, Any]], None]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dcpsim.experiments.scenario_files import load_scenario, scenario_names
+from dcpsim.experiments.scenario.files import load_scenario, scenario_names
 
 NAME = "scenarios"
 HELP = "list the named scenarios"

@@ -15,8 +15,8 @@ import argparse
 import json
 import sys
 
-from dcpsim.experiments.options import add_scenario_arguments, scenario_from_args
-from dcpsim.experiments.progress import Progress
+from dcpsim.experiments.cli.args import add_scenario_arguments, scenario_from_args
+from dcpsim.experiments.output.progress import Progress
 
 NAME = "compare"
 HELP = "compare policies on the same global batches (default: the built-in scenario)"
@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dcpsim.experiments.report import compare_table
+    from dcpsim.experiments.output.tables import compare_table
     from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
     from dcpsim.sim.bound import BoundCache
 

@@ -1,8 +1,8 @@
-"""Scenario files: TOML with the fields of :class:`experiments.scenario.Scenario`.
+"""Scenario files: TOML with the fields of :class:`experiments.scenario.definition.Scenario`.
 
 Named scenarios live in ``experiments/scenarios/<name>.toml``; any other path to a ``.toml`` file works too.
 Unknown keys and wrong types are errors naming the file, the key and the valid choices: every scalar field is
-parsed by its annotation in :class:`~experiments.scenario.Scenario` (``int | None`` included) the way policy
+parsed by its annotation in :class:`~experiments.scenario.definition.Scenario` (``int | None`` included) the way policy
 options are (:class:`policies.registry.OptionType`), the ``policies`` and ``[policy_options]`` by the policy
 registry.
 """
@@ -19,7 +19,7 @@ from dcpsim.cost_models.errors import SpecError
 from dcpsim.cost_models.gpu_files import gpu_from_mapping
 from dcpsim.cost_models.stragglers import Stragglers
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.scenario import DEFAULT_SCENARIO, Scenario
+from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO, Scenario
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.registry import OPTION_METADATA, OptionType, check_shared_options
 from dcpsim.policies.spec import parse_policy_specs
@@ -29,7 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-SCENARIO_DIR = Path(__file__).parent / "scenarios"
+SCENARIO_DIR = Path(__file__).parents[1] / "scenarios"  # experiments/scenarios/
 
 
 # What is valid beyond a field's type, for the fields where it is known here (the rest is checked where it is
