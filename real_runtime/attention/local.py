@@ -167,14 +167,14 @@ def merge_partials(out: torch.Tensor, lse: torch.Tensor, blk_out: torch.Tensor,
 
 class _VarlenAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cu, causal, scale, backend):  # type: ignore[override]
+    def forward(ctx, q, k, v, cu, causal, scale, backend):
         out, lse = backend.forward(q, k, v, cu, cu, causal, scale)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = (cu, causal, scale, backend)
         return out
 
     @staticmethod
-    def backward(ctx, dout):  # type: ignore[override]
+    def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         cu, causal, scale, backend = ctx.args
         dq, dk, dv = backend.backward(dout.contiguous(), q, k, v, out, lse, cu, cu, causal, scale)
