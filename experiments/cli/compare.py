@@ -32,32 +32,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.output.tables import compare_table
-    from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
-    from dcpsim.sim.bound import BoundCache
+    from dcpsim.experiments.runner import compare_policies
 
-    sc = scenario_from_args(args)
-    specs = parse_policy_specs(args.policies) if args.policies else parse_policy_specs(",".join(sc.policies))
-    sc = sc.with_(policies=tuple(s.label for s in specs))
-    cost_model = sc.cost_model()
-    batches = sc.batches()
-    summaries = []
-    bounds = BoundCache()  # every policy sees the same batches: one bound per batch
-    for spec in specs:
-        bar = Progress(spec.label, len(batches), enabled=not (args.no_progress or args.json))
-        pr = run_policy(spec, batches, cost_model, sc.policy_options, progress=bar, bound_cache=bounds)
-        summaries.append(pr.summary(timings=True))
-        warn = memory_warning(summaries[-1])
-        if warn:
-            print(warn, file=sys.stderr)
+    quiet = args.no_progress or args.json
+    result = compare_policies(scenario_from_args(args), args.policies,
+                              bars=lambda label, n: Progress(label, n, enabled=not quiet),
+                              warn=lambda message: print(message, file=sys.stderr))
+    sc = result.scenario
     if args.json:
-        results = [(s if args.timings else s.without_timings()).to_dict() for s in summaries]
+        results = [(s if args.timings else s.without_timings()).to_dict() for s in result.summaries]
         print(json.dumps({"scenario": sc.to_dict(), "results": results}, sort_keys=True))
     else:
         print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
               f"context {sc.context_len:,}, {sc.global_batch_tokens:,} tokens/batch, trace {sc.trace}, "
-              f"{len(batches)} iteration(s), seed {sc.seed}")
+              f"{result.batches} iteration(s), seed {sc.seed}")
         if sc.slow_ranks or sc.stragglers:
             print(f"stragglers: {sc.straggler_spec().describe()} (compute slow-down factors; docs/experiments.md)")
-        print(compare_table(summaries))
+        print(compare_table(result.summaries))
     sys.stdout.flush()
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from dcpsim.experiments.cli.args import add_scenario_arguments, scenario_from_args
 from dcpsim.experiments.output.progress import Progress
@@ -32,39 +31,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dcpsim.experiments.output.iteration_files import write_iteration_files
     from dcpsim.experiments.output.tables import format_table
-    from dcpsim.experiments.runner import memory_warning, parse_policy_specs, run_policy
+    from dcpsim.experiments.runner import memory_warning, simulate_policy
     from dcpsim.sim.metric_spec import declarations
 
-    sc = scenario_from_args(args)
-    specs = parse_policy_specs(args.policy)
-    spec = specs[0]
-    sc = sc.with_(policies=(spec.label,))
-    cost_model = sc.cost_model()
-    batches = sc.batches()
-    pr = run_policy(spec, batches, cost_model, sc.policy_options,
-                    progress=Progress(spec.label, len(batches), enabled=not (args.no_progress or args.json)))
+    quiet = args.no_progress or args.json
+    sc, pr = simulate_policy(scenario_from_args(args), args.policy,
+                             bars=lambda label, n: Progress(label, n, enabled=not quiet))
+    label = pr.spec.label
     summary = pr.summary(timings=True)
     warn = memory_warning(summary)
     if warn:
         print(warn, file=sys.stderr)
-    last = pr.iterations[-1]
-    if args.plan_out:
-        Path(args.plan_out).write_text(last.plan.to_json())
-    if args.timeline_out:
-        df = last.timeline.to_frame()
-        (df.to_parquet if args.timeline_out.endswith(".parquet") else df.to_csv)(args.timeline_out, index=False)
-    if args.chrome_trace:
-        from dcpsim.experiments.output.chrome_trace import write_chrome_trace
-
-        write_chrome_trace(args.chrome_trace, last.timeline, label=spec.label,
-                           metadata={"scenario": sc.to_dict(), "policy": spec.label, "metrics": summary.to_dict()})
+    write_iteration_files(pr.iterations[-1], label, plan=args.plan_out, timeline=args.timeline_out,
+                          chrome_trace=args.chrome_trace,
+                          metadata={"scenario": sc.to_dict(), "policy": label, "metrics": summary.to_dict()})
     if args.json:
         result = (summary if args.timings else summary.without_timings()).to_dict()
         print(json.dumps({"scenario": sc.to_dict(), "results": [result]}, sort_keys=True))
         return 0
     print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
-          f"context {sc.context_len:,}, trace {sc.trace}, {len(batches)} iteration(s), policy {spec.label}")
+          f"context {sc.context_len:,}, trace {sc.trace}, {len(pr.iterations)} iteration(s), policy {label}")
     rows = [[d.name, _value(getattr(summary.metrics, d.name)), d.unit] for d in declarations(type(summary.metrics))]
     rows.append(["fits_memory", str(summary.fits_memory), ""])
     print(format_table(rows, ["metric", "value", "unit"]))

@@ -23,7 +23,7 @@ def test_help_and_policies_import_no_heavy_library():
 
 def test_figures_use_the_object_api_and_leave_the_backend_alone():
     code = ("import matplotlib\nmatplotlib.use('svg')\nimport dcpsim.experiments.figures\n"
-            "import dcpsim.experiments.cli.calibrate, dcpsim.experiments.validation.plot\n"
+            "import dcpsim.experiments.calibration.report, dcpsim.experiments.validation.plot\n"
             "import sys\nassert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
             "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()")
     subprocess.run([sys.executable, "-c", code], check=True)
