@@ -29,40 +29,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
-
+    from dcpsim.experiments.inspection.skew import policy_skews, write_skew_plot
     from dcpsim.experiments.output.tables import format_table
-    from dcpsim.experiments.runner import parse_policy_specs, run_policy
-    from dcpsim.sim.metrics import equal_tokens_time_ratio, rank_microbatch_table
 
     sc = scenario_from_args(args)
-    cost_model = sc.cost_model()
-    batches = sc.batches()[:1]
-    frames = []
-    for spec in parse_policy_specs(args.policies):
-        pr = run_policy(spec, batches, cost_model, sc.policy_options)
-        res = pr.iterations[0]
-        t = rank_microbatch_table(res.timeline)
-        frames.append(t[t["stage"] == 0].assign(policy=spec.label))
-        ratio, pair = equal_tokens_time_ratio(t)
-        m = res.metrics
-        print(f"{spec.label}: {m.num_microbatches} microbatches, pipeline bubble {m.pipeline_bubble:.1%}, "
+    skews = policy_skews(sc, args.policies)
+    for s in skews:
+        m = s.metrics
+        print(f"{s.label}: {m.num_microbatches} microbatches, pipeline bubble {m.pipeline_bubble:.1%}, "
               f"DP bubble {m.dp_bubble:.1%}, microbatch skew max {m.microbatch_skew_max:.2f}")
-        if pair:
-            f, s = pair["fast"], pair["slow"]
-            print(f"  largest time ratio at tokens within ±10%: {ratio:.2f}x — rank {int(s['rank'])} mb "
-                  f"{int(s['microbatch'])}: {s['tokens']:,.0f} tokens {s['compute_s'] * 1e3:.1f} ms vs rank "
+        if s.pair:
+            f, w = s.pair["fast"], s.pair["slow"]
+            print(f"  largest time ratio at tokens within ±10%: {s.ratio:.2f}x — rank {int(w['rank'])} mb "
+                  f"{int(w['microbatch'])}: {w['tokens']:,.0f} tokens {w['compute_s'] * 1e3:.1f} ms vs rank "
                   f"{int(f['rank'])} mb {int(f['microbatch'])}: {f['tokens']:,.0f} tokens {f['compute_s'] * 1e3:.1f} ms")
         if args.per_microbatch:
-            t0 = t[t["stage"] == 0]
-            g = t0.groupby("microbatch")
             rows = [[str(k), f"{x.tokens.min():,.0f}", f"{x.tokens.max():,.0f}", f"{x.compute_s.min() * 1e3:.1f}",
                      f"{x.compute_s.max() * 1e3:.1f}", f"{x.compute_s.max() / max(x.compute_s.min(), 1e-12):.2f}"]
-                    for k, x in g]
+                    for k, x in s.stage0.groupby("microbatch")]
             print(format_table(rows, ["mb", "tokens min", "tokens max", "ms min", "ms max", "skew"]))
-    from dcpsim.experiments.figures.skew import plot
-
-    fig = plot(pd.concat(frames, ignore_index=True), sc)
-    fig.savefig(args.output, dpi=130)
+    write_skew_plot(skews, sc, args.output)
     print(f"wrote {args.output}")
     return 0
