@@ -138,8 +138,8 @@ class Comparison:
 
 def compare_policies(sc: Scenario, policies: str | None = None, bars: Bars | None = None,
                      warn: Callable[[str], None] | None = None) -> Comparison:
-    """Run every policy of ``policies`` (``a,b:k=v,...``; default the scenario's own) on the scenario's batches,
-    sharing one lower bound per batch between them. ``warn`` receives each policy's memory warning as soon as
+    """Run every policy of ``policies`` (``a,b:k=v,...``; default the scenario's own) on the scenario's
+    batches, sharing one lower bound per batch between them. ``warn`` receives each policy's memory warning as soon as
     its run ends; ``bars(label, batches)`` makes each policy's progress callback."""
     specs = parse_policy_specs(policies or ",".join(sc.policies))
     sc = sc.with_(policies=tuple(s.label for s in specs))

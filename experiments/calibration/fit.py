@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pandas and the fitting (scipy) load in the functions: 'dcps
 
 @dataclass(frozen=True)
 class CalibrationFit:
-    """What :func:`calibrate_profiles` did: the rows it fitted, the base it kept, the result and its report."""
+    """What :func:`calibrate_profiles` did: the rows it fitted, the base it kept, the result, its report."""
 
     profile: pd.DataFrame
     base: Calibration
@@ -39,8 +39,8 @@ def base_calibration(gpu: str, base: str) -> Calibration:
     return Calibration.load(base)
 
 
-def calibrate_profiles(profiles: list[str], output: str | Path, gpu: str = "h100", base: str = "shipped",
-                       name: str | None = None, kernel: str | None = None, head_dim: int | None = None,
+def calibrate_profiles(profiles: list[str | Path], output: str | Path, gpu: str = "h100",
+                       base: str = "shipped", name: str | None = None, kernel: str | None = None, head_dim: int | None = None,
                        device: str | None = None) -> CalibrationFit:
     """Fit a calibration to the profile tables ``profiles`` (only ``device``'s rows when given) over
     :func:`base_calibration`, and write it to ``output`` as JSON."""
@@ -51,9 +51,10 @@ def calibrate_profiles(profiles: list[str], output: str | Path, gpu: str = "h100
     if device is not None:
         profile = profile[profile["device"] == device].reset_index(drop=True)
         if profile.empty:
-            raise CalibrationError(f"no profile rows of device {device!r} in {', '.join(profiles)}")
+            raise CalibrationError(f"no profile rows of device {device!r} in {', '.join(map(str, profiles))}")
     kept = base_calibration(gpu, base)
-    cal, report = fit_calibration(profile, kept, name or f"{gpu}-calibrated", kernel=kernel, head_dim=head_dim)
+    cal, report = fit_calibration(profile, kept, name or f"{gpu}-calibrated", kernel=kernel,
+                                  head_dim=head_dim)
     out = Path(output)
     try:
         out.write_text(cal.to_json() + "\n")

@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     fit = calibrate_profiles(args.profiles, args.output, gpu=args.gpu, base=args.base, name=args.name,
                              kernel=args.kernel, head_dim=args.head_dim, device=args.device)
     fitted = [t.key for t in fit.report.terms if t.how != "base"]
-    print(f"wrote {fit.path}: calibration {fit.calibration.name!r} from {len(fit.profile)} profile rows; fitted "
-          f"{', '.join(fitted) or 'nothing'}; other terms from {fit.base.name}")
+    print(f"wrote {fit.path}: calibration {fit.calibration.name!r} from {len(fit.profile)} profile rows; "
+          f"fitted {', '.join(fitted) or 'nothing'}; other terms from {fit.base.name}")
     if args.report:
         print(report_text(fit.report))
     plot = args.plot or (str(fit.path.with_name(fit.path.stem + "_fit.png")) if args.report else None)

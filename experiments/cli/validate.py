@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.validation.report import report_text
 
     progress = sys.stderr if args.json else sys.stdout
-    doc = run_validation(ValidateSettings.from_args(args), say=lambda line: print(line, file=progress, flush=True))
+    doc = run_validation(ValidateSettings.from_args(args),
+                         say=lambda line: print(line, file=progress, flush=True))
     print(document_json(doc) if args.json else report_text(doc))
     return 0

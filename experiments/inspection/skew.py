@@ -39,7 +39,8 @@ def policy_skews(sc: Scenario, policies: str) -> list[PolicySkew]:
         res = run_policy(spec, batches, cost_model, sc.policy_options).iterations[0]
         t = rank_microbatch_table(res.timeline)
         ratio, pair = equal_tokens_time_ratio(t)
-        out.append(PolicySkew(spec.label, res.metrics, t[t["stage"] == 0].assign(policy=spec.label), ratio, pair))
+        stage0 = t[t["stage"] == 0].assign(policy=spec.label)
+        out.append(PolicySkew(spec.label, res.metrics, stage0, ratio, pair))
     return out
 
 

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 def write_iteration_files(result: IterationResult, label: str, plan: str | None = None,
                           timeline: str | None = None, chrome_trace: str | None = None,
                           metadata: dict[str, Any] | None = None) -> None:
-    """Write what is asked of one iteration: ``plan`` as JSON, ``timeline`` as .parquet (by its suffix) or CSV,
-    ``chrome_trace`` as a Chrome trace named ``label`` carrying ``metadata``."""
+    """Write what is asked of one iteration: ``plan`` as JSON, ``timeline`` as .parquet (by its suffix) or
+    CSV, ``chrome_trace`` as a Chrome trace named ``label`` carrying ``metadata``."""
     if plan:
         Path(plan).write_text(result.plan.to_json())
     if timeline:

@@ -5,7 +5,7 @@ and the next submitted. A worker process that dies (killed, out of memory, a cra
 the whole pool (``BrokenProcessPool``) and fails every task in flight, so which one killed it is unknown:
 those tasks then run again *one at a time*, each in a pool of its own, where a death can only be its own. A
 task that dies alone ``1 + max_retries`` times is stored as an error, never lost; the others finish normally
-and the sweep goes on with a fresh pool. (Ray's backend retries the same way, per task: ``sweep_ray``.)
+and the sweep goes on with a fresh pool. (Ray's backend retries the same way, per task: ``sweep.ray``.)
 """
 
 from __future__ import annotations

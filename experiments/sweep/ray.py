@@ -14,7 +14,7 @@ Design:
   (``@ray.remote(max_retries=…)``, system failures only; tasks killed by Ray's memory monitor follow Ray's
   own OOM retry policy); after that its record says so as an error, and ``--retry-errors`` runs it again.
 - **Same code on every worker.** Each record carries the worker's versions of dcpsim, numpy, scipy and simpy
-  (``sweep_keys.runtime_versions``); one that differs from the driver's is stored as an error naming both
+  (``sweep.keys.runtime_versions``); one that differs from the driver's is stored as an error naming both
   (the key promises results of the driver's code).
 """
 

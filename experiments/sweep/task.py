@@ -27,7 +27,7 @@ class Task:
     policy: str
     scenario: dict[str, Any]  # Scenario fields
     files: dict[str, str] = field(default_factory=dict)  # role (trace, calibration) → sha256 of the file
-    code: str = ""  # the code version the key was made with (sweep_keys.code_version)
+    code: str = ""  # the code version the key was made with (sweep.keys.code_version)
     cwd: str = ""  # the driver's working directory: relative file paths resolve against it on any worker
 
 

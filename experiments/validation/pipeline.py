@@ -1,5 +1,5 @@
-"""The validation pipeline: profile this machine, fit a calibration, plan and simulate a few small batches with
-every policy, run the same plans for real and compare (:func:`run_validation`; the steps are described in
+"""The validation pipeline: profile this machine, fit a calibration, plan and simulate a few small batches
+with every policy, run the same plans for real and compare (:func:`run_validation`; the steps are described in
 ``dcpsim validate --help``, experiments/cli/validate.py)."""
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ def check_settings(settings: ValidateSettings) -> None:
 
 
 def run_validation(settings: ValidateSettings, say: Say = print) -> dict[str, Any]:
-    """Profile, calibrate, plan, simulate, run and compare as ``settings`` say; write the files into ``settings.out``
-    (profile.csv, calibration.json, run/, simulated.csv, errors.csv, validate.json, the plot) and return the
+    """Profile, calibrate, plan, simulate, run and compare as ``settings`` say; write the files into
+    ``settings.out`` (profile.csv, calibration.json, run/, simulated.csv, errors.csv, validate.json, the plot) and return the
     document validate.json holds. ``say`` receives the progress lines. What the settings name is checked
     first, then torch (a bad setting is reported as such even where torch is missing); every problem a user
     can cause, a worker's failure included, is a :class:`ScenarioError`."""

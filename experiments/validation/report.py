@@ -19,10 +19,11 @@ def ranking_text(rk: dict[str, Any]) -> str:
         noise_text = "not measured" if math.isnan(noise) else f"{noise:.1%}"
         lines.append(f"  {a} vs {b}: {'agrees' if agrees else 'disagrees'}, measured difference {diff:.1%}, "
                      f"run-to-run spread {noise_text}: {'resolved' if resolved else 'within noise'}")
-    lines.append("  (rule: predicted times within 2% are ties and not compared; a measured difference is resolved "
-                 "when it exceeds the larger run-to-run spread of the pair, spread = per iteration, (max - min) / "
-                 "mean over the --repeats rounds, averaged over iterations; 'same' = every pair agrees and is "
-                 "resolved, 'same within noise' = no resolved pair disagrees but some pair is within noise)")
+    lines.append("  (rule: predicted times within 2% are ties and not compared; a measured difference is "
+                 "resolved when it exceeds the larger run-to-run spread of the pair, spread = per iteration, "
+                 "(max - min) / mean over the --repeats rounds, averaged over iterations; 'same' = every pair "
+                 "agrees and is resolved, 'same within noise' = no resolved pair disagrees but some pair is "
+                 "within noise)")
     return "\n".join(lines)
 
 
@@ -38,8 +39,8 @@ def report_text(doc: dict[str, Any]) -> str:
     mbs = [[r["policy"], str(r["iteration"]), str(r["round"]), str(r["microbatch"]), str(r["ranks"]),
             f"{r['predicted_s'] * 1e3:.1f}", f"{r['measured_s'] * 1e3:.1f}", _pct(r["ape"])]
            for r in doc["microbatches"]]
-    policies = [[k, str(s["microbatches"]), _pct(s["rank_microbatch_mape"]), f"{s['compute_ratio_median']:.2f}",
-                 _pct(s["microbatch_mape"]), f"{s['predicted_iteration_s']:.3f}",
+    policies = [[k, str(s["microbatches"]), _pct(s["rank_microbatch_mape"]),
+                 f"{s['compute_ratio_median']:.2f}", _pct(s["microbatch_mape"]), f"{s['predicted_iteration_s']:.3f}",
                  f"{s['measured_iteration_s']:.3f}", _pct(s["spread"]), _pct(s["iteration_mape"])]
                 for k, s in doc["policies"].items()]
     lines = ["per-microbatch prediction error (max over ranks of compute + exposed CP comm, F + B):",

@@ -31,7 +31,8 @@ def test_the_library_function_fits_writes_and_returns_what_the_command_prints(tm
 
     fit = calibrate_profiles([PROFILE], tmp_path / "h100.json", gpu="h100", base="published",
                              name="h100-reference-fit")
-    assert fit.path.read_text() == (DATA / "calibration_h100.json").read_text() == fit.calibration.to_json() + "\n"
+    written = fit.path.read_text()
+    assert written == (DATA / "calibration_h100.json").read_text() == fit.calibration.to_json() + "\n"
     assert fit.base.name != fit.calibration.name and len(fit.profile) > 0
     fitted = {t.key for t in fit.report.terms if t.how != "base"}
     assert {"attn_fwd", "attn_bwd", "all_gather:nvlink"} <= fitted

@@ -121,15 +121,16 @@ def test_the_pipeline_called_directly_returns_what_it_writes(validated, tmp_path
 
     _, _, out = validated
     said: list[str] = []
-    settings = ValidateSettings(backend="gloo", nproc=4, iterations=1, tokens=1536, context_len=512, median_len=120,
-                                policies="static-cp,no-such-policy", profile=str(out / "profile.csv"), repeats=1,
-                                out=str(tmp_path / "direct"))
+    settings = ValidateSettings(backend="gloo", nproc=4, iterations=1, tokens=1536, context_len=512,
+                                median_len=120, policies="static-cp,no-such-policy",
+                                profile=str(out / "profile.csv"), repeats=1, out=str(tmp_path / "direct"))
     doc = run_validation(settings, say=said.append)
     assert (tmp_path / "direct" / "validate.json").read_text() == document_json(doc) + "\n"
     assert said == ["note: policy 'no-such-policy' is not registered; skipped",
                     "running 1 policies x 1 iteration(s) x 1 round(s) for real ..."]
     assert doc["settings"]["context_len"] == 512 and doc["skipped"] == ["no-such-policy"]
-    assert sorted(doc["policies"]) == ["static-cp"] and doc["plot"] == str(tmp_path / "direct" / "validate.png")
+    assert sorted(doc["policies"]) == ["static-cp"]
+    assert doc["plot"] == str(tmp_path / "direct" / "validate.png")
     text = report_text(doc)
     assert text.splitlines()[0].startswith("per-microbatch prediction error")
     assert "skipped no-such-policy: not registered" in text and text.splitlines()[-1].startswith("wrote ")

@@ -27,7 +27,8 @@ def test_compare_policies_is_what_compare_prints(capsys):
     assert printed["scenario"] == _plain(result.scenario.to_dict())
     assert printed["results"] == _plain([s.without_timings().to_dict() for s in result.summaries])
     # no policies given: the scenario's own
-    assert compare_policies(DEFAULT_SCENARIO.with_(policies=("static-cp",))).scenario.policies == ("static-cp",)
+    alone = compare_policies(DEFAULT_SCENARIO.with_(policies=("static-cp",)))
+    assert alone.scenario.policies == ("static-cp",)
 
 
 def test_simulate_policy_is_what_simulate_prints(capsys):
