@@ -2,8 +2,9 @@
 ratios, < 1 = the first is faster) on shipped scenarios, with each cost-model term switched off and on.
 
 Variants (``--cost-terms`` texts, cost_models.terms): ``legacy`` (the first model), ``legacy,+T`` for every term
-T alone, ``all,-T`` for every term T left out, and ``all``. Each cell is one ``dcpsim compare --json`` run
-(``--iterations 1 --seed 0``), so any cell can be rerun by hand.
+T alone, ``all,-T`` for every term T left out, and ``all``. Each cell is one comparison
+(:func:`experiments.runner.compare_policies`, what ``dcpsim compare`` runs) at one iteration, seed 0, so any
+cell can be rerun by hand: ``dcpsim compare --json --iterations 1 --seed 0 --cost-terms T --scenario S``.
 
 Run (prints a markdown table; ``--json FILE`` also writes the raw ratios)::
 
@@ -14,14 +15,14 @@ Run (prints a markdown table; ``--json FILE`` also writes the raw ratios)::
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import sys
 from collections.abc import Sequence
 
 from dcpsim.cost_models.terms import CostTerms
-from dcpsim.experiments.cli import main as cli_main
+from dcpsim.experiments.errors import user_errors
+from dcpsim.experiments.runner import compare_policies
+from dcpsim.experiments.scenario.files import load_scenario, scenario_names
 
 
 def variants() -> list[str]:
@@ -30,25 +31,20 @@ def variants() -> list[str]:
 
 
 def ratios(scenario: str, terms: str) -> dict[str, float]:
-    """hydra/mcore-dcp and mcore-dcp/static-cp iteration-time ratios of one compare run."""
-    args = ["compare", "--json", "--no-progress", "--iterations", "1", "--seed", "0", "--cost-terms", terms,
-            "--policies", "static-cp,mcore-dcp,hydra"]
-    if scenario != "default":
-        args += ["--scenario", scenario]
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = cli_main(args)
-    if rc != 0:
+    """hydra/mcore-dcp and mcore-dcp/static-cp iteration-time ratios of one comparison (NaN when the scenario
+    cannot run with these terms; the reason goes to stderr, as the command's would)."""
+    try:
+        sc = load_scenario(scenario).with_(iterations=1, seed=0, cost_terms=terms)
+        result = compare_policies(sc, "static-cp,mcore-dcp,hydra")
+    except user_errors() as e:
+        print(f"{scenario} {terms}: error: {e}", file=sys.stderr)
         return {"hydra/mcore": float("nan"), "mcore/static": float("nan")}
-    t = {r["policy"]: r["iteration_time_s"] for r in json.loads(buf.getvalue())["results"]}
+    t = {s.policy: s.metrics.iteration_time_s for s in result.summaries}
     return {"hydra/mcore": t["hydra"] / t["mcore-dcp"], "mcore/static": t["mcore-dcp"] / t["static-cp"]}
 
 
 def shipped_scenarios() -> list[str]:
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        cli_main(["scenarios"])
-    return [line.split()[0] for line in buf.getvalue().splitlines() if line.strip()]
+    return list(scenario_names())
 
 
 def table(results: dict[str, dict[str, dict[str, float]]], vs: Sequence[str]) -> str:
