@@ -1,4 +1,6 @@
-"""Running policies over a scenario's global batches: plan (timed), validate, simulate, aggregate.
+"""Running policies over a scenario's global batches: plan (timed), validate, simulate, aggregate
+(:func:`run_policy`); one policy on a scenario (:func:`simulate_policy`, ``dcpsim simulate``) and several on
+the same batches (:func:`compare_policies`, ``dcpsim compare``).
 
 ``PolicySpec`` and ``parse_policy_specs`` live in :mod:`policies.spec` and are re-exported here.
 """
@@ -11,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dcpsim.cost_models.base import CostModel
+from dcpsim.experiments.scenario.definition import Scenario
 from dcpsim.policies import Policy, create_policy, validate_plan
 from dcpsim.policies.registry import policy_options
 from dcpsim.policies.spec import PolicySpec, parse_policy_specs
@@ -19,8 +22,10 @@ from dcpsim.sim.metrics import METRIC_NAMES, Metrics
 from dcpsim.sim.bound import BoundCache
 from dcpsim.sim.simulate import IterationResult, simulate_plan
 
-__all__ = ["PolicyRun", "PolicySpec", "RunSummary", "build_policy", "memory_warning", "parse_policy_specs",
-           "run_policy"]
+__all__ = ["Comparison", "PolicyRun", "PolicySpec", "RunSummary", "build_policy", "compare_policies",
+           "memory_warning", "parse_policy_specs", "run_policy", "simulate_policy"]
+
+Bars = Callable[[str, int], Callable[[int], None]]  # (policy label, batches) -> progress(done)
 
 
 def build_policy(spec: PolicySpec, common: dict[str, Any] | None = None) -> Policy:
@@ -108,3 +113,45 @@ def run_policy(spec: PolicySpec, batches: Sequence[Any], cost_model: CostModel,
         if progress:
             progress(i + 1)
     return PolicyRun(spec, tuple(out), job.num_gpus, job.gpu.hbm_gb * 1e9 / (1 << 30))
+
+
+def simulate_policy(sc: Scenario, policy: str, bars: Bars | None = None) -> tuple[Scenario, PolicyRun]:
+    """One policy (``name[:k=v...]``) over the scenario's batches; the scenario comes back with that policy as
+    its only one (what ``--json`` reports). ``bars(label, batches)`` makes the progress callback."""
+    spec = parse_policy_specs(policy)[0]
+    sc = sc.with_(policies=(spec.label,))
+    batches = sc.batches()
+    run = run_policy(spec, batches, sc.cost_model(), sc.policy_options,
+                     progress=bars(spec.label, len(batches)) if bars else None)
+    return sc, run
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Several policies on the same global batches: the scenario (its ``policies`` the labels compared), the
+    number of batches, and each policy's summary (measured scheduling times included)."""
+
+    scenario: Scenario
+    batches: int
+    summaries: tuple[RunSummary, ...]
+
+
+def compare_policies(sc: Scenario, policies: str | None = None, bars: Bars | None = None,
+                     warn: Callable[[str], None] | None = None) -> Comparison:
+    """Run every policy of ``policies`` (``a,b:k=v,...``; default the scenario's own) on the scenario's
+    batches, sharing one lower bound per batch between them. ``warn`` receives each policy's memory warning as soon as
+    its run ends; ``bars(label, batches)`` makes each policy's progress callback."""
+    specs = parse_policy_specs(policies or ",".join(sc.policies))
+    sc = sc.with_(policies=tuple(s.label for s in specs))
+    cost_model = sc.cost_model()
+    batches = sc.batches()
+    summaries = []
+    bounds = BoundCache()  # every policy sees the same batches: one bound per batch
+    for spec in specs:
+        pr = run_policy(spec, batches, cost_model, sc.policy_options,
+                        progress=bars(spec.label, len(batches)) if bars else None, bound_cache=bounds)
+        summaries.append(pr.summary(timings=True))
+        message = memory_warning(summaries[-1])
+        if message and warn:
+            warn(message)
+    return Comparison(sc, len(batches), tuple(summaries))

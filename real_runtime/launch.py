@@ -45,7 +45,7 @@ def in_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
 
 
-def check_backend(backend: str, device: str, nproc: int) -> None:
+def check_dist_backend(backend: str, device: str, nproc: int) -> None:
     """Raise :class:`LaunchError` for combinations that cannot run here."""
     if backend not in BACKENDS:
         raise LaunchError(f"backend {backend!r} is unknown; valid: {', '.join(BACKENDS)}")

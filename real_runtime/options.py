@@ -7,6 +7,8 @@ means ``dcpsim --help`` does not pay for importing it.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 from dcpsim.policies.registry import OptionType
 
@@ -16,9 +18,9 @@ DTYPE_NAMES = ("float32", "bfloat16", "float64")
 OPTIMIZERS = ("sgd", "adamw")
 
 
-def _num(base: type, **bounds: float):
+def _num(base: type, *, ge: float | None = None, gt: float | None = None) -> Callable[[str], Any]:
     """argparse type checked like a policy option: '--nproc 0' is one line, not a traceback later."""
-    return OptionType(base, **bounds).arg_type()
+    return OptionType(base, ge=ge, gt=gt).arg_type()
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from dcpsim.real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
+from dcpsim.real_runtime.launch import LaunchError, check_dist_backend, in_torchrun, init_from_env, spawn
 from dcpsim.real_runtime.options import BACKENDS
 from dcpsim.real_runtime.profile_timing import LAYOUTS
 from dcpsim.real_runtime.profiler import ProfileSettings
@@ -94,7 +94,7 @@ def run_profile(job: dict[str, Any], nproc: int = 1, threads: int = 1, timeout_s
         torch.set_num_threads(max(1, threads))
         profile_worker(0, 1, job)
         return
-    check_backend(job["backend"], job["device"], nproc)
+    check_dist_backend(job["backend"], job["device"], nproc)
     spawn(profile_worker, nproc, (job,), backend=job["backend"], threads=threads, timeout_s=timeout_s)
 
 

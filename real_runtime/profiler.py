@@ -81,7 +81,8 @@ class ProfileSettings:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> ProfileSettings:
-        return ProfileSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return ProfileSettings(**fields)
 
 
 def device_name(device: torch.device) -> str:
@@ -181,7 +182,7 @@ def _layer(spec: ModelSpec, device: torch.device) -> Block:
 
 
 def _layer_calls(block: Block, n: int, device: torch.device, dtype: torch.dtype,
-                 kernel: Any) -> tuple[Callable[[Any], torch.Tensor], Callable[[torch.Tensor], None]]:
+                 kernel: Any) -> tuple[Callable[..., torch.Tensor], Callable[[torch.Tensor], None]]:
     """The timed calls of one layer over one causal document of ``n`` tokens: a forward (input needing a
     gradient, under autocast for bfloat16) and the backward of its output."""
     att = block.attn

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from dcpsim.policies.spec import parse_policy_specs
-from dcpsim.real_runtime.launch import LaunchError, check_backend, in_torchrun, init_from_env, spawn
+from dcpsim.real_runtime.launch import LaunchError, check_dist_backend, in_torchrun, init_from_env, spawn
 from dcpsim.real_runtime.options import add_run_arguments
 from dcpsim.real_runtime.runner import TrainConfig, reference_losses, relative_errors
 from dcpsim.real_runtime.session import measured_timelines, session_dict, session_worker
@@ -66,7 +66,7 @@ def run_workloads(workloads: Sequence[Workload], cfg: TrainConfig, *, nproc: int
                   timeout_s: float = 600.0) -> RunOutput:
     """Spawn ``nproc`` processes, train every workload on them in turn, return what rank 0 wrote to ``out``
     (a temporary directory, read back and removed, when ``out`` is None)."""
-    check_backend(backend, device, nproc)
+    check_dist_backend(backend, device, nproc)
     for w in workloads:
         if w.pool_size != nproc:
             raise LaunchError(f"workload {w.label!r} is planned for a pool of {w.pool_size} ranks, but {nproc} "
@@ -134,7 +134,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     try:
         if in_torchrun():
             return _torchrun_main(args)
-        check_backend(args.backend, args.device, args.nproc)
+        check_dist_backend(args.backend, args.device, args.nproc)
         workload, cfg = plan_from_args(args, args.nproc)
         res = run_workloads([workload], cfg, nproc=args.nproc, backend=args.backend, device=args.device,
                             out=args.out, threads=args.threads, timeout_s=args.timeout)

@@ -100,9 +100,10 @@ def _autocast(cfg: TrainConfig, device: torch.device):
 
 
 def _attention_fn(inp: ShardInputs, comm: Any, backend: str) -> Callable[..., torch.Tensor]:
-    if inp.layout is None:
+    layout = inp.layout
+    if layout is None:
         return lambda q, k, v: varlen_attention(q, k, v, inp.cu_seqlens, backend=backend)
-    return lambda q, k, v: cp_attention(q, k, v, inp.layout, comm, backend=backend)
+    return lambda q, k, v: cp_attention(q, k, v, layout, comm, backend=backend)
 
 
 def _my_microbatches(step: Step, rank: int, vocab: int, seed: int, device: torch.device):

@@ -201,7 +201,7 @@ def _component_sample(preset: TracePreset, n: int, seed: int) -> np.ndarray:
 
 def mix_files(text: str) -> list[str]:
     """The trace files a ``mix:`` spec names among its components, in order (nothing is read; [] for any other
-    text). Callers that cache results keyed by their inputs hash these files (experiments.sweep_keys)."""
+    text). Callers that cache results keyed by their inputs hash these files (experiments.sweep.keys)."""
     if not text.strip().startswith("mix:"):
         return []
     body = text.split(":", 1)[1].strip()

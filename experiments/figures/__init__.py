@@ -23,7 +23,7 @@ from dcpsim.experiments.figures import (
     throughput,
 )
 from dcpsim.experiments.figures.common import FigureContext
-from dcpsim.experiments.scenario import Scenario
+from dcpsim.experiments.scenario.definition import Scenario
 
 FIGURES: dict[str, ModuleType] = {m.KEY: m for m in (throughput, bubbles, skew, scheduling, gantt, scaling,
                                                       efficiency, stragglers)}
@@ -53,7 +53,7 @@ def make_figures(out_dir: str | Path, scenarios: Sequence[Scenario] | None = Non
     otherwise each figure uses its own ``DEFAULT_SCENARIOS`` from ``experiments/scenarios``. ``policies``
     (labels such as ``"mcore-dcp:cp_engine=hybrid"``) replaces the scenarios' policies.
     """
-    from dcpsim.experiments.scenario_files import load_scenario
+    from dcpsim.experiments.scenario.files import load_scenario
 
     ctx = ctx or FigureContext(Path(out_dir), quick=quick)
     out: dict[str, list[Path]] = {}

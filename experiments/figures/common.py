@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from dcpsim.experiments.runner import PolicySpec, parse_policy_specs, run_policy
-from dcpsim.experiments.scenario import Scenario
+from dcpsim.experiments.scenario.definition import Scenario
 from dcpsim.sim.bound import BoundCache
 from dcpsim.sim.metrics import METRIC_NAMES
 from dcpsim.sim.simulate import IterationResult

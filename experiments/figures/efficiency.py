@@ -23,7 +23,7 @@ from dcpsim.experiments.figures.common import (
     save_figure,
 )
 from dcpsim.experiments.runner import parse_policy_specs
-from dcpsim.experiments.scenario import Scenario
+from dcpsim.experiments.scenario.definition import Scenario
 
 KEY = "g"
 STEM = "g_efficiency"

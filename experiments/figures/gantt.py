@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dcpsim.experiments.figures.common import Figure, FigureContext, new_figure, save_figure
-from dcpsim.experiments.scenario import Scenario
+from dcpsim.experiments.scenario.definition import Scenario
 from dcpsim.sim.timeline import COLUMNS
 
 KEY = "e"

@@ -22,7 +22,7 @@ from dcpsim.experiments.figures.common import (
     policy_colour,
     save_figure,
 )
-from dcpsim.experiments.scenario import Scenario
+from dcpsim.experiments.scenario.definition import Scenario
 
 KEY = "f"
 STEM = "f_speedup_vs_cluster_size"

@@ -1,6 +1,6 @@
 """Figure (d): a policy's scheduling (planning) wall time against the number of sequences n and the pool size W.
 
-The cells are those of the scheduler benchmark (``experiments/bench_scheduler.py``): n documents from the base
+The cells are those of the scheduler benchmark (``experiments/bench/scheduler.py``): n documents from the base
 scenario's trace preset, a pool of W ranks, and a per-rank token budget set so that the batch needs about
 eight microbatches on memory alone (so n and W change the problem size, not the microbatch count). The time
 is that of ``policy.plan`` alone (no validation, no simulation), the best of up to three calls. When the
@@ -20,7 +20,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from dcpsim.experiments.figures.common import Figure, FigureContext, new_figure, policy_colour, save_figure
 from dcpsim.experiments.runner import PolicySpec, build_policy
-from dcpsim.experiments.scenario import Scenario
+from dcpsim.experiments.scenario.definition import Scenario
 
 KEY = "d"
 STEM = "d_scheduling_time"
@@ -61,7 +61,7 @@ def time_plan(spec: PolicySpec, batch, job, cost_model, repeats: int = 3, enough
 def case_maker(base: Scenario):
     """The benchmark's ``make_case`` when it is there and works, else :func:`local_case`; and its source."""
     try:
-        from dcpsim.experiments.bench_scheduler import make_case
+        from dcpsim.experiments.bench.scheduler import make_case
 
         make_case(64, 16, base.trace, base.seed, MICROBATCHES)
         return (lambda n, w: make_case(n, w, base.trace, base.seed, MICROBATCHES)), "bench_scheduler"

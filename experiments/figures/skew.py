@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dcpsim.experiments.figures.common import Figure, FigureContext, new_figure, policy_colour, save_figure
-from dcpsim.experiments.scenario import Scenario
+from dcpsim.experiments.scenario.definition import Scenario
 from dcpsim.sim.metrics import equal_tokens_time_ratio, rank_microbatch_table
 
 KEY = "c"

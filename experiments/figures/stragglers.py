@@ -25,7 +25,7 @@ from dcpsim.experiments.figures.common import (
     policy_colour,
     save_figure,
 )
-from dcpsim.experiments.scenario import Scenario
+from dcpsim.experiments.scenario.definition import Scenario
 
 KEY = "h"
 STEM = "h_stragglers"

@@ -3,6 +3,7 @@
 Modules, one idea each:
 
 * :mod:`.layout`: the dual-chunk placement of packed documents on a CP group, padding, shard/unshard;
+* :mod:`.backend`: the interface of a varlen block-attention kernel (:class:`AttentionBackend`);
 * :mod:`.local`: single-rank varlen block attention with log-sum-exp, LSE merging, kernel backends;
 * :mod:`.flash`: the optional flash-attn backend (CUDA only, imported lazily);
 * :mod:`.comm`: a CP group's process groups (:class:`CPComm`), ring send/recv, Ulysses all-to-all, gather;
@@ -36,8 +37,8 @@ from dcpsim.real_runtime.attention.engines import (
     ulysses_gather_order,
 )
 from dcpsim.real_runtime.attention.layout import DualChunkLayout, cu_seqlens_from_lengths
+from dcpsim.real_runtime.attention.backend import AttentionBackend
 from dcpsim.real_runtime.attention.local import (
-    AttentionBackend,
     MathBackend,
     default_scale,
     merge_partials,

@@ -135,7 +135,7 @@ class RingShift:
         prev, nxt = comm.ring_neighbours()
         self._buf = torch.empty_like(tensor)
         send = tensor.contiguous()
-        self._keep = send  # the send buffer must stay alive until the transfer completes
+        self._keep: torch.Tensor | None = send  # the send buffer must stay alive until the transfer completes
         ops = [dist.P2POp(dist.isend, send, nxt, comm.ring_group),
                dist.P2POp(dist.irecv, self._buf, prev, comm.ring_group)]
         self._reqs = dist.batch_isend_irecv(ops)
@@ -171,23 +171,23 @@ def _head_to_seq(x: torch.Tensor, comm: CPComm) -> torch.Tensor:
 
 class _SeqToHead(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, comm):  # type: ignore[override]
+    def forward(ctx, x, comm):
         ctx.comm = comm
         return _seq_to_head(x, comm)
 
     @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
+    def backward(ctx, grad):
         return _head_to_seq(grad.contiguous(), ctx.comm), None
 
 
 class _HeadToSeq(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, comm):  # type: ignore[override]
+    def forward(ctx, x, comm):
         ctx.comm = comm
         return _head_to_seq(x, comm)
 
     @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
+    def backward(ctx, grad):
         return _seq_to_head(grad.contiguous(), ctx.comm), None
 
 

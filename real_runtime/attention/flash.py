@@ -1,4 +1,4 @@
-"""Optional flash-attn (v2) kernels behind the :class:`~real_runtime.attention.local.AttentionBackend`
+"""Optional flash-attn (v2) kernels behind the :class:`~real_runtime.attention.backend.AttentionBackend`
 protocol, for CUDA fp16/bf16 tensors.
 
 Nothing here is imported unless flash-attn is asked for (or ``"auto"`` finds it on a CUDA fp16/bf16 input), so
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from dcpsim.real_runtime.attention.local import Seqlens
+from dcpsim.real_runtime.attention.backend import Seqlens
 
 
 def flash_attn_available() -> bool:

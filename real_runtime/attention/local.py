@@ -35,30 +35,10 @@ segment of ``nq`` queries sees key ``j`` of ``nk`` keys iff ``j ≤ i + nk - nq`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Protocol
 
 import torch
 
-Seqlens = Sequence[int]
-
-
-class AttentionBackend(Protocol):
-    """A varlen block-attention kernel pair. Implementations: :class:`MathBackend` (explicit float32 math,
-    any device) and, when installed, ``flash.FlashAttnBackend``."""
-
-    name: str
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: Seqlens, cu_k: Seqlens,
-                causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return ``(out [Nq, H, D] in q's dtype, lse [Nq, H] float32)``."""
-        ...
-
-    def backward(self, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 out: torch.Tensor, lse: torch.Tensor, cu_q: Seqlens, cu_k: Seqlens, causal: bool,
-                 scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Return ``(dq, dk, dv)`` float32 for this block, given the *final* ``out`` and ``lse`` rows."""
-        ...
+from dcpsim.real_runtime.attention.backend import AttentionBackend, Seqlens
 
 
 def _check_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: Seqlens, cu_k: Seqlens) -> None:
@@ -187,14 +167,14 @@ def merge_partials(out: torch.Tensor, lse: torch.Tensor, blk_out: torch.Tensor,
 
 class _VarlenAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cu, causal, scale, backend):  # type: ignore[override]
+    def forward(ctx, q, k, v, cu, causal, scale, backend):
         out, lse = backend.forward(q, k, v, cu, cu, causal, scale)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = (cu, causal, scale, backend)
         return out
 
     @staticmethod
-    def backward(ctx, dout):  # type: ignore[override]
+    def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         cu, causal, scale, backend = ctx.args
         dq, dk, dv = backend.backward(dout.contiguous(), q, k, v, out, lse, cu, cu, causal, scale)

@@ -31,7 +31,8 @@ import torch
 
 from dcpsim.real_runtime.attention.comm import CPComm, RingShift
 from dcpsim.real_runtime.attention.layout import DualChunkLayout
-from dcpsim.real_runtime.attention.local import AttentionBackend, merge_partials
+from dcpsim.real_runtime.attention.backend import AttentionBackend
+from dcpsim.real_runtime.attention.local import merge_partials
 
 
 def _index(ix: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -108,14 +109,14 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, layout, comm, backend, scale):  # type: ignore[override]
+    def forward(ctx, q, k, v, layout, comm, backend, scale):
         out, lse = ring_forward(q, k, v, layout, comm, backend, scale)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = (layout, comm, backend, scale)
         return out.to(q.dtype)
 
     @staticmethod
-    def backward(ctx, dout):  # type: ignore[override]
+    def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         layout, comm, backend, scale = ctx.args
         dq, dk, dv = ring_backward(dout.contiguous(), q, k, v, out, lse, layout, comm, backend, scale)

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from dcpsim.experiments.chrome_trace import timeline_to_chrome
+from dcpsim.experiments.output.chrome_trace import timeline_to_chrome
 from dcpsim.experiments.cli import main
 from dcpsim.experiments.runner import PolicySpec, run_policy
-from dcpsim.experiments.scenario import DEFAULT_SCENARIO
+from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,18 @@ def test_regenerates_the_shipped_h100_calibration_byte_for_byte(tmp_path, capsys
     assert "wrote" in line and "attn_fwd, attn_bwd" in line and "all_gather:nvlink" in line
 
 
+def test_the_library_function_fits_writes_and_returns_what_the_command_prints(tmp_path):
+    from dcpsim.experiments.calibration.fit import calibrate_profiles
+
+    fit = calibrate_profiles([PROFILE], tmp_path / "h100.json", gpu="h100", base="published",
+                             name="h100-reference-fit")
+    written = fit.path.read_text()
+    assert written == (DATA / "calibration_h100.json").read_text() == fit.calibration.to_json() + "\n"
+    assert fit.base.name != fit.calibration.name and len(fit.profile) > 0
+    fitted = {t.key for t in fit.report.terms if t.how != "base"}
+    assert {"attn_fwd", "attn_bwd", "all_gather:nvlink"} <= fitted
+
+
 def test_report_prints_parameters_mape_and_loo_and_writes_the_default_plot(tmp_path, capsys):
     out = tmp_path / "cal.json"
     assert main(["calibrate", PROFILE, "-o", str(out), "--report"]) == 0
@@ -111,7 +123,7 @@ def _compare(extra: list[str], trace: Path, capsys) -> dict:
 
 
 def test_compare_with_a_calibration_equal_to_the_default_is_identical(tmp_path, capsys, monkeypatch):
-    from dcpsim.experiments import cmd_compare
+    from dcpsim.experiments.cli import compare as cmd_compare
 
     # the progress bar is off (--no-progress); keep it from touching a stderr captured by an earlier test
     monkeypatch.setattr(cmd_compare, "Progress", lambda *a, **k: None)

@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from dcpsim.experiments import cmd_reproduce
+from dcpsim.experiments.studies import reproduction
 from dcpsim.experiments.cli import main
 
 
 @pytest.fixture(scope="module")
 def cases():
-    return cmd_reproduce.all_cases()
+    return reproduction.all_cases()
 
 
 def test_every_shipped_measurement_is_within_its_tolerance(cases):
@@ -22,7 +22,7 @@ def test_every_shipped_measurement_is_within_its_tolerance(cases):
 
 
 def test_every_suite_has_cases_and_a_written_tolerance(cases):
-    tol = cmd_reproduce.tolerances()
+    tol = reproduction.tolerances()
     suites = {c.suite for c in cases}
     assert suites == {"attention:fa2", "attention:fa3", "attention:cudnn", "nccl", "cp_benchmark",
                       "ring_attention", "cp_scaling"}
@@ -53,12 +53,12 @@ def test_json_and_table(capsys):
 
 def test_a_wrong_model_is_caught(monkeypatch, capsys):
     """Halving every NVLink bandwidth puts the NCCL suite out of tolerance and the command exits 1."""
-    real = cmd_reproduce.default_calibration
+    real = reproduction.default_calibration
 
     def slow(gpu):
         cal = real(gpu)
         return replace(cal, comm={k: replace(v, busbw_gbs=v.busbw_gbs / 2) for k, v in cal.comm.items()})
 
-    monkeypatch.setattr(cmd_reproduce, "default_calibration", slow)
+    monkeypatch.setattr(reproduction, "default_calibration", slow)
     assert main(["reproduce", "--suite", "nccl"]) == 1
     assert "OUT" in capsys.readouterr().out

@@ -51,11 +51,10 @@ def test_writes_profile_calibration_errors_and_plot(validated):
     cal = Calibration.load(out / "calibration.json")
     assert cal.name == "validate-cpu"
     # the written calibration is the fit of the written profile: refitting profile.csv gives it back
-    import argparse
+    from dcpsim.experiments.validation.pipeline import calibrate
+    from dcpsim.experiments.validation.settings import ValidateSettings
 
-    from dcpsim.experiments.cmd_validate import calibrate
-
-    refit, _ = calibrate(prof, argparse.Namespace(gpu="h200", device="cpu", no_layer_overhead=False), "float32")
+    refit, _ = calibrate(prof, ValidateSettings(gpu="h200", device="cpu"), "float32")
     for term in ("attn_fwd", "attn_bwd", "gemm", "layer_overhead_fwd_s", "layer_overhead_bwd_s"):
         assert getattr(refit, term) == getattr(cal, term), term
     import pandas as pd
@@ -111,6 +110,30 @@ def test_no_layer_overhead_reuses_the_profile_and_zeroes_the_term(validated, tmp
     assert doc["ranking"]["verdict"] == "same" and doc["ranking"]["pairs"] == []
     assert doc["calibration"] == "validate-cpu-no-layer-overhead"
     assert doc["fit"]["layer_overhead_fwd_s"]["seconds"] == 0 == doc["fit"]["layer_overhead_bwd_s"]["seconds"]
+
+
+def test_the_pipeline_called_directly_returns_what_it_writes(validated, tmp_path):
+    """run_validation is the whole command without its printing: its document is validate.json, its progress
+    lines go to ``say``, and the report text is made from the document alone."""
+    from dcpsim.experiments.validation.pipeline import document_json, run_validation
+    from dcpsim.experiments.validation.report import report_text
+    from dcpsim.experiments.validation.settings import ValidateSettings
+
+    _, _, out = validated
+    said: list[str] = []
+    settings = ValidateSettings(backend="gloo", nproc=4, iterations=1, tokens=1536, context_len=512,
+                                median_len=120, policies="static-cp,no-such-policy",
+                                profile=str(out / "profile.csv"), repeats=1, out=str(tmp_path / "direct"))
+    doc = run_validation(settings, say=said.append)
+    assert (tmp_path / "direct" / "validate.json").read_text() == document_json(doc) + "\n"
+    assert said == ["note: policy 'no-such-policy' is not registered; skipped",
+                    "running 1 policies x 1 iteration(s) x 1 round(s) for real ..."]
+    assert doc["settings"]["context_len"] == 512 and doc["skipped"] == ["no-such-policy"]
+    assert sorted(doc["policies"]) == ["static-cp"]
+    assert doc["plot"] == str(tmp_path / "direct" / "validate.png")
+    text = report_text(doc)
+    assert text.splitlines()[0].startswith("per-microbatch prediction error")
+    assert "skipped no-such-policy: not registered" in text and text.splitlines()[-1].startswith("wrote ")
 
 
 def exit_code(argv) -> int:

@@ -10,7 +10,7 @@ from dcpsim.experiments.cli import main
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.figures import FIGURES, make_figures, select
 from dcpsim.experiments.figures.common import FigureContext
-from dcpsim.experiments.scenario_files import load_scenario
+from dcpsim.experiments.scenario.files import load_scenario
 
 TINY = """
 description = "tiny test scenario"

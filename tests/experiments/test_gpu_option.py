@@ -8,8 +8,8 @@ import pytest
 
 from dcpsim.experiments.cli import main
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.options import add_scenario_arguments, scenario_from_args
-from dcpsim.experiments.scenario_files import load_scenario
+from dcpsim.experiments.cli.args import add_scenario_arguments, scenario_from_args
+from dcpsim.experiments.scenario.files import load_scenario
 
 SMALL = ["--global-batch-tokens", "1048576", "--no-progress"]
 

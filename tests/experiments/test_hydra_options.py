@@ -1,8 +1,8 @@
-"""experiments/hydra_options.py: HyDra's default against its own option settings (docs/hydra.md §13)."""
+"""experiments/studies/hydra_ablation.py: HyDra's default against its own option settings (docs/hydra.md §13)."""
 
 from __future__ import annotations
 
-from dcpsim.experiments.hydra_options import main, measure
+from dcpsim.experiments.studies.hydra_ablation import main, measure
 
 
 def test_flat_profile_is_slower_than_the_default_at_32k() -> None:

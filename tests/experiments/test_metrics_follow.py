@@ -15,9 +15,10 @@ import pytest
 
 from dcpsim.experiments.cli import main
 from dcpsim.experiments.figures.common import metrics_row
-from dcpsim.experiments.report import compare_columns, compare_table
+from dcpsim.experiments.output.tables import compare_columns, compare_table
 from dcpsim.experiments.runner import RunSummary, memory_warning
-from dcpsim.experiments.sweep import load_sweep, run_sweep
+from dcpsim.experiments.sweep.driver import run_sweep
+from dcpsim.experiments.sweep.grid import load_sweep
 from dcpsim.sim.metric_spec import MEAN, Column, metric, ratio
 from dcpsim.sim.metrics import METRIC_NAMES, METRICS, Metrics
 

@@ -3,7 +3,7 @@
 import io
 
 from dcpsim.experiments.cli import main
-from dcpsim.experiments.progress import Progress
+from dcpsim.experiments.output.progress import Progress
 
 
 class Terminal(io.StringIO):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.scenario_files import load_scenario
+from dcpsim.experiments.scenario.files import load_scenario
 
 MIXTRAL = Path(__file__).parent.parent / "data" / "models" / "Mixtral-8x7B-v0.1" / "config.json"
 
@@ -41,7 +41,7 @@ def test_bool_and_int_fields_are_type_checked(tmp_path):
 
 
 def test_a_sweep_point_hashes_the_model_file_it_names(tmp_path, monkeypatch):
-    from dcpsim.experiments.sweep_keys import file_digest, point_files
+    from dcpsim.experiments.sweep.keys import file_digest, point_files
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m").mkdir()

@@ -6,7 +6,7 @@ import pytest
 
 from dcpsim.experiments.cli import main
 from dcpsim.experiments.runner import parse_policy_specs, run_policy
-from dcpsim.experiments.scenario_files import SCENARIO_DIR, load_scenario, scenario_names
+from dcpsim.experiments.scenario.files import SCENARIO_DIR, load_scenario, scenario_names
 from dcpsim.policies.registry import available_policies
 
 SHIPPED = {  # name → (GPUs, model, TP, PP, pool, context)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from dcpsim.cost_models import moe
-from dcpsim.experiments.scenario_files import SCENARIO_DIR, load_scenario
-from dcpsim.experiments.sweep import load_sweep
+from dcpsim.experiments.scenario.files import SCENARIO_DIR, load_scenario
+from dcpsim.experiments.sweep.grid import load_sweep
 
 SWEEP = SCENARIO_DIR.parent / "sweeps" / "nvlink-domain.toml"
 

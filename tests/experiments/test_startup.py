@@ -1,6 +1,6 @@
 """Start-up stays light: 'dcpsim --help' and 'dcpsim policies' load none of the heavy libraries, and the figure
 modules never touch pyplot or the global matplotlib backend. (Times are measured by
-experiments/bench_startup.py; these tests check what is imported, which is what makes it fast.)"""
+experiments/bench/startup.py; these tests check what is imported, which is what makes it fast.)"""
 
 import subprocess
 import sys
@@ -23,7 +23,7 @@ def test_help_and_policies_import_no_heavy_library():
 
 def test_figures_use_the_object_api_and_leave_the_backend_alone():
     code = ("import matplotlib\nmatplotlib.use('svg')\nimport dcpsim.experiments.figures\n"
-            "import dcpsim.experiments.cmd_calibrate, dcpsim.experiments.cmd_validate\n"
+            "import dcpsim.experiments.calibration.report, dcpsim.experiments.validation.plot\n"
             "import sys\nassert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
             "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -9,10 +9,11 @@ import sys
 import pandas as pd
 import pytest
 
-import dcpsim.experiments.sweep as sweep_mod
+import dcpsim.experiments.sweep.driver as sweep_mod
 from dcpsim.experiments.cli import main
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.sweep import load_sweep, run_sweep
+from dcpsim.experiments.sweep.driver import run_sweep
+from dcpsim.experiments.sweep.grid import load_sweep
 
 BASE = """
 model = "llama3-8b"
@@ -152,7 +153,7 @@ def test_missing_ray_is_one_line(grid, tmp_path, capsys, monkeypatch):
 
 
 def test_ray_address_reachability():
-    from dcpsim.experiments.sweep_ray import check_reachable
+    from dcpsim.experiments.sweep.ray import check_reachable
 
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))

@@ -9,9 +9,11 @@ import subprocess
 import pandas as pd
 import pytest
 
-import dcpsim.experiments.sweep as sweep_mod
-from dcpsim.experiments.sweep import load_sweep, run_sweep
-from dcpsim.experiments.sweep_keys import checkout_state, file_digest, point_files
+import dcpsim.experiments.sweep.driver as sweep_mod
+import dcpsim.experiments.sweep.grid as grid_mod
+from dcpsim.experiments.sweep.driver import run_sweep
+from dcpsim.experiments.sweep.grid import load_sweep
+from dcpsim.experiments.sweep.keys import checkout_state, file_digest, point_files
 
 BASE = """
 model = "llama3-8b"
@@ -92,7 +94,8 @@ def test_changed_code_version_recomputes_everything(grid, tmp_path, counting, mo
     out = tmp_path / "out"
     first = run_sweep(load_sweep(grid), out, workers=1).read_table()
     counting.clear()
-    monkeypatch.setattr(sweep_mod, "code_version", lambda: "9.9.9+gdeadbeef")
+    for mod in (grid_mod, sweep_mod):  # the tasks' keys (grid) and what the driver logs and writes
+        monkeypatch.setattr(mod, "code_version", lambda: "9.9.9+gdeadbeef")
     again = run_sweep(load_sweep(grid), out, workers=1)
     assert again.computed == 8 and len(counting) == 8
     assert set(again.read_table()["key"]).isdisjoint(first["key"])
@@ -165,7 +168,7 @@ def test_code_version_names_package_and_dependencies():
     import simpy
 
     import dcpsim
-    from dcpsim.experiments.sweep_keys import code_version, runtime_versions
+    from dcpsim.experiments.sweep.keys import code_version, runtime_versions
 
     v = code_version()
     assert v.startswith(dcpsim.__version__)

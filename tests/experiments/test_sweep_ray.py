@@ -14,8 +14,10 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from dcpsim.experiments.cli import main  # noqa: E402
-from dcpsim.experiments.sweep import load_sweep, run_sweep, stored_status  # noqa: E402
-from dcpsim.experiments.sweep_ray import run_ray  # noqa: E402
+from dcpsim.experiments.sweep.driver import run_sweep  # noqa: E402
+from dcpsim.experiments.sweep.grid import load_sweep  # noqa: E402
+from dcpsim.experiments.sweep.store import stored_status  # noqa: E402
+from dcpsim.experiments.sweep.ray import run_ray  # noqa: E402
 
 BASE = """
 model = "llama3-8b"
@@ -121,7 +123,7 @@ def test_lost_worker_and_raising_task_are_recorded(local_ray, grid, tmp_path):
     def flaky(task):  # pickled by value: runs in Ray's workers
         import os as _os
 
-        from dcpsim.experiments.sweep import run_task
+        from dcpsim.experiments.sweep.task import run_task
 
         if task.key == crash:
             (attempts / str(_os.getpid())).touch()

@@ -8,7 +8,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dcpsim.experiments.sweep_results import table_schema, write_results
+from dcpsim.experiments.sweep.results import table_schema, write_results
 
 ROWS = [  # 7 rows: a failed one first (no metrics), then mixed kinds, missing values, booleans
     {"point": 0, "grid.trace": "32k", "pool": 4, "cal": None, "error": "InfeasibleError: x",

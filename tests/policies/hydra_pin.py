@@ -44,8 +44,8 @@ def scenario_cases() -> dict[str, tuple]:
 
 
 def scenario_fingerprint(path: Path | None, seed: int) -> str:
-    from dcpsim.experiments.scenario import DEFAULT_SCENARIO
-    from dcpsim.experiments.scenario_files import load_scenario
+    from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO
+    from dcpsim.experiments.scenario.files import load_scenario
     from dcpsim.policies import create_policy
 
     sc = (DEFAULT_SCENARIO if path is None else load_scenario(str(path))).with_(seed=seed)

@@ -34,7 +34,7 @@ def same(a, b) -> bool:
 
 
 def _target_case(n: int, w: int, pp: int, seed: int, terms: str = "all", microbatches: int = 8):
-    """A batch of the 256k trace with the per-rank budget of experiments/bench_scheduler.make_case."""
+    """A batch of the 256k trace with the per-rank budget of experiments/bench/scheduler.make_case."""
     lengths = get_preset("256k").sample(n, seed)
     budget = max(int(np.ceil(lengths.sum() / (w * microbatches))), int(np.ceil(lengths.max() / w)))
     job = JobSpec(model=get_model("llama3-8b"), gpu=get_gpu("h200"), tp=1, pp=pp, pool=w, context_len=262144,

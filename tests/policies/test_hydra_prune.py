@@ -20,7 +20,7 @@ CASES = [(512, 64, 4, 0), (512, 64, 4, 3), (1024, 32, 4, 1), (2048, 128, 4, 0), 
 
 
 def _case(n: int, w: int, pp: int, seed: int, microbatches: int = 8):
-    """The batch, job and cost model of experiments/bench_scheduler.make_case (llama3-8b on H200, TP 1)."""
+    """The batch, job and cost model of experiments/bench/scheduler.make_case (llama3-8b on H200, TP 1)."""
     lengths = get_preset("256k").sample(n, seed)
     budget = max(int(np.ceil(lengths.sum() / (w * microbatches))), int(np.ceil(lengths.max() / w)))
     job = JobSpec(model=get_model("llama3-8b"), gpu=get_gpu("h200"), tp=1, pp=pp, pool=w, context_len=262144,

@@ -1,0 +1,63 @@
+"""Simulate one policy on a scenario and print its metrics.
+
+Examples:
+  dcpsim simulate                                   # hydra on the built-in default scenario
+  dcpsim simulate --policy mcore-dcp --trace lengths.csv --iterations 5
+  dcpsim simulate --policy static-cp:cp_degree=8 --timeline-out tl.csv --plan-out plan.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dcpsim.experiments.cli.args import add_scenario_arguments, scenario_from_args
+from dcpsim.experiments.output.progress import Progress
+
+NAME = "simulate"
+HELP = "simulate one policy (default: hydra on the built-in scenario)"
+ORDER = 5
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default="hydra", metavar="NAME[:k=v...]", help="the policy (default hydra)")
+    add_scenario_arguments(p)
+    o = p.add_argument_group("files")
+    o.add_argument("--plan-out", metavar="FILE", help="write the last iteration's plan as JSON")
+    o.add_argument("--timeline-out", metavar="FILE", help="write the last iteration's timeline (.csv or .parquet)")
+    o.add_argument("--chrome-trace", metavar="FILE",
+                   help="write the last iteration's timeline as a Chrome trace (JSON for Perfetto / chrome://tracing)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dcpsim.experiments.output.iteration_files import write_iteration_files
+    from dcpsim.experiments.output.tables import format_table
+    from dcpsim.experiments.runner import memory_warning, simulate_policy
+    from dcpsim.sim.metric_spec import declarations
+
+    quiet = args.no_progress or args.json
+    sc, pr = simulate_policy(scenario_from_args(args), args.policy,
+                             bars=lambda label, n: Progress(label, n, enabled=not quiet))
+    label = pr.spec.label
+    summary = pr.summary(timings=True)
+    warn = memory_warning(summary)
+    if warn:
+        print(warn, file=sys.stderr)
+    write_iteration_files(pr.iterations[-1], label, plan=args.plan_out, timeline=args.timeline_out,
+                          chrome_trace=args.chrome_trace,
+                          metadata={"scenario": sc.to_dict(), "policy": label, "metrics": summary.to_dict()})
+    if args.json:
+        result = (summary if args.timings else summary.without_timings()).to_dict()
+        print(json.dumps({"scenario": sc.to_dict(), "results": [result]}, sort_keys=True))
+        return 0
+    print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
+          f"context {sc.context_len:,}, trace {sc.trace}, {len(pr.iterations)} iteration(s), policy {label}")
+    rows = [[d.name, _value(getattr(summary.metrics, d.name)), d.unit] for d in declarations(type(summary.metrics))]
+    rows.append(["fits_memory", str(summary.fits_memory), ""])
+    print(format_table(rows, ["metric", "value", "unit"]))
+    return 0
+
+
+def _value(v: float) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -1,0 +1,126 @@
+"""The analytic cost model's prediction for one sequence on one layer, for one rank of its CP group
+(:func:`predict`, ``dcpsim cost``; what the numbers are: ``dcpsim cost --help``, experiments/cli/cost.py)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_model
+from dcpsim.cost_models.gpu_files import resolve_gpu
+from dcpsim.cost_models import flops as fl
+from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
+from dcpsim.cost_models.head import embedding_compute_s, head_compute_s
+from dcpsim.cost_models.terms import CostTerms
+from dcpsim.experiments.errors import ScenarioError
+from dcpsim.policies.engines import ulysses_degrees
+
+FREE = SaturatingCurve(math.inf, 0.0)  # a kernel that takes no time
+DEFAULT_VOCAB = 128256  # only the LM head uses it; a one-layer cost never does
+
+
+@dataclass(frozen=True)
+class LayerQuery:
+    """One sequence on one layer: the options of ``dcpsim cost`` (their defaults)."""
+
+    seq_len: int
+    model: str | None = None  # a preset; explicit sizes below override it
+    heads: int | None = None
+    kv_heads: int | None = None  # default: the preset's, else = heads
+    head_dim: int | None = None  # default: the preset's, else 128
+    hidden: int | None = None  # default: the preset's, else heads x head_dim
+    ffn: int | None = None  # default: the preset's, else 3.5 x hidden
+    gpu: str = "h100"  # a preset or a GPU .toml file
+    tp: int = 1
+    cp: int = 1  # CP degree of the sequence's group
+    cp_engine: str = "ring"  # ring, ulysses or hybrid
+    ulysses: int | None = None  # the inner Ulysses degree of a hybrid engine
+    calibration: str | None = None  # a calibration JSON; default: the GPU's shipped one
+    attention_backend: str | None = None  # fa2, fa3, cudnn; default: TransformerEngine's pick on the GPU
+    tp_comm_overlap: float = 0.0
+
+    @staticmethod
+    def from_args(args: argparse.Namespace) -> LayerQuery:
+        """The query of a parsed ``dcpsim cost`` command line."""
+        return LayerQuery(**{f.name: getattr(args, f.name) for f in fields(LayerQuery)})
+
+
+def build_model(query: LayerQuery) -> ModelSpec:
+    """The one-layer model of the command line: a preset with explicit sizes overriding it."""
+    base = get_model(query.model) if query.model else None
+    heads = query.heads or (base.heads if base else None)
+    if heads is None:
+        raise ScenarioError("give a model: --model PRESET or at least --heads (with --head-dim, --kv-heads)")
+    head_dim = query.head_dim or (base.head_dim if base else 128)
+    hidden = query.hidden or (base.hidden if base else heads * head_dim)
+    ffn = query.ffn or (base.ffn if base else round(3.5 * hidden))
+    kv_heads = query.kv_heads or (base.kv_heads if base else heads)
+    if base is not None:  # keep what the sizes do not say: MoE layers (priced as a MoE layer), biases, mlp kind
+        return replace(base, name=f"{base.name}-1-layer", hidden=hidden, ffn=ffn, layers=1, heads=heads,
+                       kv_heads=kv_heads, head_dim=head_dim, dense_layers=())
+    return ModelSpec(name=f"{base.name if base else 'custom'}-1-layer", hidden=hidden, ffn=ffn, layers=1,
+                     heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                     vocab=base.vocab if base else DEFAULT_VOCAB)
+
+
+def _ulysses(query: LayerQuery, job: JobSpec) -> int:
+    c = query.cp
+    if query.ulysses is not None and query.cp_engine != "hybrid":
+        raise ScenarioError(f"--ulysses is for --cp-engine hybrid, not {query.cp_engine}")
+    u = {"ring": 1, "ulysses": c, "hybrid": query.ulysses}[query.cp_engine]
+    if u is None:
+        raise ScenarioError("--cp-engine hybrid needs --ulysses U (the inner all-to-all degree)")
+    if u > 1 and u not in ulysses_degrees(c, job):
+        raise ScenarioError(f"a Ulysses degree of {u} is invalid for a group of {c} ranks: it must divide "
+                            f"the group size and the KV heads per TP rank ({job.kv_heads_per_rank}) and "
+                            f"fit in an NVLink domain; valid: {', '.join(map(str, ulysses_degrees(c, job)))}")
+    return u
+
+
+def predict(query: LayerQuery) -> dict:
+    """The prediction as a dict (what --json prints)."""
+    model = build_model(query)
+    gpu = resolve_gpu(query.gpu)
+    L, c = query.seq_len, query.cp
+    job = JobSpec(model=model, gpu=gpu, tp=query.tp, pp=1, pool=c, context_len=L, global_batch_tokens=L,
+                  tp_comm_overlap=query.tp_comm_overlap, attention_backend=query.attention_backend)
+    u = _ulysses(query, job)
+    cal = Calibration.load(query.calibration) if query.calibration else default_calibration(gpu)
+    one = GroupBatch(seq_len=np.array([L], dtype=np.int64), seq_group=np.array([0], dtype=np.int64),
+                     size=np.array([c], dtype=np.int64), ulysses=np.array([u], dtype=np.int64),
+                     first_rank=np.array([0], dtype=np.int64))
+    layer = replace(CostTerms(), lm_head=False)  # one layer: the ends of the pipeline are reported apart
+    full = AnalyticCostModel(job, cal, layer).group_costs(one)
+    kernels = cal.without_fixed_costs()
+    attn = AnalyticCostModel(job, replace(kernels, gemm=FREE), layer).group_costs(one)
+    no_attn = replace(kernels, attn_fwd=FREE, attn_bwd=FREE)
+    lin = AnalyticCostModel(job, no_attn, replace(layer, attention_backend=False)).group_costs(one)
+    backend = AnalyticCostModel(job, cal, layer).attention_curves()[2]
+    tpr = np.array([L / c])
+    fixed_f, fixed_b = AnalyticCostModel(job, cal, layer).fixed_s(np.array([c / u]))
+    emb_f, emb_b = embedding_compute_s(job, tpr)
+    head_f, head_b = head_compute_s(job, cal, tpr)
+    att_f = float(fl.attention_fwd_flops(L, model)) / query.tp / c
+    lin_f = L / c * fl.linear_fwd_flops_per_token(model) / query.tp
+    names = {"ring": f"ring({c})", "ulysses": f"ulysses({c})", "hybrid": f"hybrid({u},{c // u})"}
+    engine = names[query.cp_engine]
+    return {
+        "seq_len": L, "gpu": gpu.name, "tp": query.tp, "cp": c, "engine": engine if c > 1 else "none",
+        "calibration": cal.name, "attention_backend": backend,
+        "model": {k: getattr(model, k) for k in ("hidden", "ffn", "heads", "kv_heads", "head_dim")},
+        "attention_fwd_s": float(attn.fwd_compute_s[0]), "attention_bwd_s": float(attn.bwd_compute_s[0]),
+        "linear_fwd_s": float(lin.fwd_compute_s[0]), "linear_bwd_s": float(lin.bwd_compute_s[0]),
+        "overhead_fwd_s": float(np.asarray(fixed_f).reshape(-1)[0]),
+        "overhead_bwd_s": float(np.asarray(fixed_b).reshape(-1)[0]),
+        "cp_comm_fwd_s": float(full.fwd_comm_s[0]), "cp_comm_bwd_s": float(full.bwd_comm_s[0]),
+        "tp_comm_fwd_s": float(np.asarray(full.fwd_tp_comm_s).reshape(-1)[0]),
+        "tp_comm_bwd_s": float(np.asarray(full.bwd_tp_comm_s).reshape(-1)[0]),
+        "total_s": float(full.total_s[0]),
+        "embedding_fwd_s": float(emb_f[0]), "embedding_bwd_s": float(emb_b[0]),
+        "lm_head_loss_fwd_s": float(head_f[0]), "lm_head_loss_bwd_s": float(head_b[0]),
+        "flops": {"attention_fwd": att_f, "attention_bwd": fl.ATTENTION_BWD_FACTOR * att_f,
+                  "linear_fwd": lin_f, "linear_bwd": fl.LINEAR_BWD_FACTOR * lin_f},
+    }

@@ -1,0 +1,110 @@
+"""A sweep file parsed and checked (:func:`load_sweep`) and expanded into its tasks (:meth:`Sweep.tasks`).
+
+The file's format is described in :mod:`experiments.sweep.driver` and docs/experiments.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dcpsim.experiments.errors import ScenarioError
+from dcpsim.experiments.scenario.definition import Scenario
+from dcpsim.experiments.sweep.keys import code_version, point_files, task_key
+from dcpsim.experiments.sweep.task import Task
+
+TOP_KEYS = {"base", "policies", "seeds", "grid", "set", "description"}
+NOT_GRIDDABLE = {"name", "description", "policies", "seed"}
+
+@dataclass(frozen=True)
+class Sweep:
+    """A parsed sweep file."""
+
+    source: str
+    base: Scenario
+    grid: dict[str, list[Any]]
+    policies: tuple[str, ...]
+    seeds: tuple[int, ...]
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_points(self) -> int:
+        n = len(self.seeds)
+        for v in self.grid.values():
+            n *= len(v)
+        return n
+
+    def tasks(self) -> list[Task]:
+        """Every point × policy, points in grid order (the last grid field varies fastest, seeds last)."""
+        out = []
+        names = list(self.grid)
+        base = self.base.with_(**self.fixed) if self.fixed else self.base
+        code, cwd = code_version(), os.getcwd()
+        digests: dict[str, str] = {}  # each named file hashed once per call
+        for i, combo in enumerate(itertools.product(*self.grid.values(), self.seeds)):
+            values = dict(zip(names + ["seed"], combo))
+            sc = base.with_(**values, name=f"{self.base.name}#{i}")
+            content = _scenario_fields(sc)
+            files = point_files(content, digests)
+            for pol in self.policies:
+                key = task_key(content, pol, files, code)
+                out.append(Task(key, i, values, pol, content, files, code, cwd))
+        return out
+
+
+def _scenario_fields(sc: Scenario) -> dict[str, Any]:
+    d = sc.to_dict()
+    d.pop("num_gpus", None)
+    d["policies"] = list(sc.policies)
+    return d
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Parse and check a sweep file; every problem is a :class:`ScenarioError` naming the file and key."""
+    from dcpsim.experiments.runner import parse_policy_specs
+    from dcpsim.experiments.scenario.files import load_scenario, read_toml, scenario_from_mapping
+
+    path = Path(path)
+    data = read_toml(path, "sweep")
+    bad = sorted(set(data) - TOP_KEYS)
+    if bad:
+        raise ScenarioError(f"{path}: unknown key {bad[0]!r}; valid: {', '.join(sorted(TOP_KEYS))}")
+    base_ref = data.get("base", "default")
+    if not isinstance(base_ref, str):
+        raise ScenarioError(f"{path}: 'base' must be a scenario name or a .toml path, got {base_ref!r}")
+    if base_ref.endswith(".toml") and not Path(base_ref).is_absolute():
+        base_ref = str(path.parent / base_ref)
+    base = load_scenario(base_ref)
+    grid = data.get("grid", {})
+    if not isinstance(grid, dict) or not grid:
+        raise ScenarioError(f"{path}: a [grid] table of field = [values] is required")
+    for k, vals in grid.items():
+        if k in NOT_GRIDDABLE:
+            hint = " (use 'seeds')" if k == "seed" else " (use 'policies')" if k == "policies" else ""
+            raise ScenarioError(f"{path}: [grid] {k!r} cannot be swept{hint}")
+        if not isinstance(vals, list) or not vals:
+            raise ScenarioError(f"{path}: [grid] {k} must be a non-empty list of values, got {vals!r}")
+        for v in vals:
+            scenario_from_mapping({k: v}, f"{path} [grid]")  # unknown field / wrong type → ScenarioError
+    fixed = data.get("set", {})
+    if not isinstance(fixed, dict):
+        raise ScenarioError(f"{path}: [set] must be a table of field = value")
+    if fixed:
+        scenario_from_mapping(fixed, f"{path} [set]")
+        both = sorted(set(fixed) & set(grid))
+        if both:
+            raise ScenarioError(f"{path}: {both[0]!r} is both in [set] and in [grid]")
+        if "policies" in fixed:
+            raise ScenarioError(f"{path}: [set] policies: use the top-level 'policies'")
+        fixed = {k: tuple(v) if isinstance(v, list) else v for k, v in fixed.items()}
+    policies = data.get("policies", list(base.policies))
+    if not (isinstance(policies, list) and policies and all(isinstance(p, str) for p in policies)):
+        raise ScenarioError(f"{path}: 'policies' must be a non-empty list of policy names, got {policies!r}")
+    labels = tuple(s.label for s in parse_policy_specs(",".join(policies)))
+    seeds = data.get("seeds", [base.seed])
+    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and s >= 0 for s in seeds)):
+        raise ScenarioError(f"{path}: 'seeds' must be a non-empty list of integers ≥ 0, got {seeds!r}")
+    return Sweep(str(path), base, grid, labels, tuple(seeds), fixed)
