@@ -268,7 +268,7 @@ def test_vpp_layer_split():
 
 def test_vpp_reaches_the_job_from_the_scenario_and_the_cli(capsys):
     from dcpsim.experiments.cli import main
-    from dcpsim.experiments.scenario import Scenario
+    from dcpsim.experiments.scenario.definition import Scenario
 
     sc = Scenario().with_(vpp=2)
     assert sc.job().vpp == 2 and sc.to_dict()["vpp"] == 2
