@@ -17,9 +17,9 @@ from dcpsim.experiments.scenario.definition import Scenario
 from dcpsim.policies import Policy, create_policy, validate_plan
 from dcpsim.policies.registry import policy_options
 from dcpsim.policies.spec import PolicySpec, parse_policy_specs
+from dcpsim.sim.bound import BoundCache
 from dcpsim.sim.metric_spec import aggregate, without_wall_clock
 from dcpsim.sim.metrics import METRIC_NAMES, Metrics
-from dcpsim.sim.bound import BoundCache
 from dcpsim.sim.simulate import IterationResult, simulate_plan
 
 __all__ = ["Comparison", "PolicyRun", "PolicySpec", "RunSummary", "build_policy", "compare_policies",

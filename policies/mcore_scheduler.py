@@ -38,7 +38,8 @@ Pools upstream cannot run (our documented fallback)
 ---------------------------------------------------
 Upstream's runtime creates CP process groups, aligned blocks of the pool, only of sizes ``2^i ≥ m0`` with
 ``i < floor(log2 N)``, plus the full pool N (``parallel_state.create_dynamic_dp_cp_groups``). On a
-power-of-two pool with a power-of-two ``m0`` that is every size the scheduler can ask for. Otherwise (N = 12, 24, … or m0 = 3) the upstream scheduler may ask for a
+power-of-two pool with a power-of-two ``m0`` that is every size the scheduler can ask for. Otherwise (N = 12, 24, …
+or m0 = 3) the upstream scheduler may ask for a
 size that does not exist (8 on a pool of 12, 3 with m0 = 3) or, while filling, push ranks past the end of the
 pool (an IndexError upstream). Our fallback keeps upstream's rules and only restricts them to what can run:
 

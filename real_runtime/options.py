@@ -42,13 +42,16 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens-per-rank", type=_num(int, ge=1),
                    help="per-rank token budget of a microbatch (default: context-len / pool)")
     p.add_argument("--median-len", type=_num(float, gt=0.0), default=200.0, help="median document length (default 200)")
-    p.add_argument("--sigma", type=_num(float, ge=0.0), default=1.0, help="lognormal sigma of document lengths (default 1.0)")
+    p.add_argument("--sigma", type=_num(float, ge=0.0), default=1.0,
+                   help="lognormal sigma of document lengths (default 1.0)")
     p.add_argument("--seed", type=_num(int, ge=0), default=0, help="seed of the batches, the data and the weights")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     p.add_argument("--lr", type=_num(float, gt=0.0), default=0.05)
     p.add_argument("--attention-backend", default="auto", help="auto, math or flash (default auto)")
-    p.add_argument("--warmup", type=_num(int, ge=0), default=0, help="untimed forward/backward passes before iteration 0")
-    p.add_argument("--threads", type=_num(int, ge=1), default=1, help="torch threads per process when spawning (default 1)")
+    p.add_argument("--warmup", type=_num(int, ge=0), default=0,
+                   help="untimed forward/backward passes before iteration 0")
+    p.add_argument("--threads", type=_num(int, ge=1), default=1,
+                   help="torch threads per process when spawning (default 1)")
     p.add_argument("--check", action="store_true", help="compare the losses with a single-process run")
     p.add_argument("--out", default="real_run", help="output directory (default real_run)")
     p.add_argument("--timeout", type=_num(float, gt=0.0), default=600.0, help="seconds before a hung run is stopped")

@@ -128,11 +128,11 @@ def profile_ring(spec: Any, tokens: Sequence[int], device: torch.device, dtype: 
             kernel = resolve_backend(attention, q)
             dout = torch.ones_like(q)
 
-            def fwd(q=q, k=k, v=v, layout=layout, kernel=kernel):
+            def fwd(q=q, k=k, v=v, layout=layout, kernel=kernel, comm=comm):
                 with torch.no_grad():
                     cp_attention(q, k, v, layout, comm, backend=kernel)
 
-            def bwd(q=q, k=k, v=v, layout=layout, kernel=kernel, dout=dout):
+            def bwd(q=q, k=k, v=v, layout=layout, kernel=kernel, dout=dout, comm=comm, pg=pg):
                 qs, ks, vs = (t.detach().requires_grad_() for t in (q, k, v))
                 out = cp_attention(qs, ks, vs, layout, comm, backend=kernel)
                 dist.barrier(group=pg)

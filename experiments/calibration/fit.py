@@ -40,7 +40,8 @@ def base_calibration(gpu: str, base: str) -> Calibration:
 
 
 def calibrate_profiles(profiles: list[str | Path], output: str | Path, gpu: str = "h100",
-                       base: str = "shipped", name: str | None = None, kernel: str | None = None, head_dim: int | None = None,
+                       base: str = "shipped", name: str | None = None, kernel: str | None = None,
+                       head_dim: int | None = None,
                        device: str | None = None) -> CalibrationFit:
     """Fit a calibration to the profile tables ``profiles`` (only ``device``'s rows when given) over
     :func:`base_calibration`, and write it to ``output`` as JSON."""

@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
             f, w = s.pair["fast"], s.pair["slow"]
             print(f"  largest time ratio at tokens within ±10%: {s.ratio:.2f}x — rank {int(w['rank'])} mb "
                   f"{int(w['microbatch'])}: {w['tokens']:,.0f} tokens {w['compute_s'] * 1e3:.1f} ms vs rank "
-                  f"{int(f['rank'])} mb {int(f['microbatch'])}: {f['tokens']:,.0f} tokens {f['compute_s'] * 1e3:.1f} ms")
+                  f"{int(f['rank'])} mb {int(f['microbatch'])}: {f['tokens']:,.0f}"
+                  f" tokens {f['compute_s'] * 1e3:.1f} ms")
         if args.per_microbatch:
             rows = [[str(k), f"{x.tokens.min():,.0f}", f"{x.tokens.max():,.0f}", f"{x.compute_s.min() * 1e3:.1f}",
                      f"{x.compute_s.max() * 1e3:.1f}", f"{x.compute_s.max() / max(x.compute_s.min(), 1e-12):.2f}"]

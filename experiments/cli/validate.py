@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", choices=("cpu", "cuda"), default=D.device)
     g.add_argument("--dtype", choices=("float32", "bfloat16"), help="default: float32 on cpu, bfloat16 on cuda")
     g.add_argument("--threads", type=positive_int, default=D.threads, help="torch threads per process (default 1)")
-    g.add_argument("--timeout", type=typed(float, gt=0.0), default=D.timeout, help="seconds before a hung run is stopped")
+    g.add_argument("--timeout", type=typed(float, gt=0.0), default=D.timeout,
+                   help="seconds before a hung run is stopped")
     w = p.add_argument_group("workload")
     w.add_argument("--policies", default=D.policies, metavar="A,B,...",
                    help="policies to compare (default static-cp,mcore-dcp,hydra; unregistered ones are skipped)")
@@ -52,13 +53,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--model", default=D.model, help="model preset (default tiny)")
     w.add_argument("--gpu", default=D.gpu, help="GPU preset for the parts of the job spec a profile does not "
                                                 "measure: node size, peak FLOP/s (default h200)")
-    w.add_argument("--context-len", type=typed(int, ge=2), default=D.context_len, help="longest document (default 1024)")
+    w.add_argument("--context-len", type=typed(int, ge=2), default=D.context_len,
+                   help="longest document (default 1024)")
     w.add_argument("--tokens", type=typed(int, ge=2), default=D.tokens, help="tokens per global batch (default 4096)")
     w.add_argument("--max-tokens-per-rank", type=positive_int, help="per-rank budget (default context-len / nproc)")
-    w.add_argument("--median-len", type=typed(float, gt=0.0), default=D.median_len, help="median document length (default 160)")
-    w.add_argument("--sigma", type=typed(float, ge=0.0), default=D.sigma, help="lognormal sigma of lengths (default 1.0)")
+    w.add_argument("--median-len", type=typed(float, gt=0.0), default=D.median_len,
+                   help="median document length (default 160)")
+    w.add_argument("--sigma", type=typed(float, ge=0.0), default=D.sigma,
+                   help="lognormal sigma of lengths (default 1.0)")
     w.add_argument("--seed", type=typed(int, ge=0), default=D.seed)
-    w.add_argument("--warmup", type=typed(int, ge=0), default=D.warmup, help="untimed passes before the first iteration (default 1)")
+    w.add_argument("--warmup", type=typed(int, ge=0), default=D.warmup,
+                   help="untimed passes before the first iteration (default 1)")
     w.add_argument("--repeats", type=positive_int, default=D.repeats,
                    help="run every policy's iterations this many times, in rounds over the policies, to measure "
                         "the run-to-run spread (default 2; 1 = no noise estimate)")

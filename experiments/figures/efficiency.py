@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from dcpsim.experiments.figures.common import (
+    LITERATURE_POLICIES,
     Figure,
     FigureContext,
-    LITERATURE_POLICIES,
     human_tokens,
     metrics_row,
     new_figure,

@@ -10,9 +10,9 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_model
-from dcpsim.cost_models.gpu_files import resolve_gpu
 from dcpsim.cost_models import flops as fl
 from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
+from dcpsim.cost_models.gpu_files import resolve_gpu
 from dcpsim.cost_models.head import embedding_compute_s, head_compute_s
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.experiments.errors import ScenarioError

@@ -57,7 +57,8 @@ def table(results: dict[str, dict[str, dict[str, float]]], vs: Sequence[str]) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dcpsim.experiments.studies.sensitivity", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m dcpsim.experiments.studies.sensitivity",
+    description=__doc__.split("\n")[0])
     p.add_argument("--scenario", action="append", help="a shipped scenario name (repeatable; default: all)")
     p.add_argument("--json", metavar="FILE", help="also write the ratios as JSON")
     args = p.parse_args(argv)

@@ -45,7 +45,8 @@ def file_digest(path: str | Path) -> str:
 
 def named_files(scenario: dict[str, Any]) -> dict[str, str]:
     """The files a scenario's fields name, by field: ``trace`` (a trace file, not a preset nor a distribution
-    spec; ``trace[i]`` for the file components of a ``mix:`` spec), ``calibration`` (a calibration JSON), ``gpu`` (a GPU ``.toml`` file, not a preset), ``model`` (a
+    spec; ``trace[i]`` for the file components of a ``mix:`` spec), ``calibration`` (a calibration JSON), ``gpu`` (a
+    GPU ``.toml`` file, not a preset), ``model`` (a
     Hugging Face ``config.json`` or a model ``.toml``, not a preset)."""
     from dcpsim.traces.spec import is_distribution_spec, mix_files
 

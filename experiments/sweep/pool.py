@@ -29,7 +29,7 @@ def run_pool(todo: list[Task], finished: Finished, workers: int, max_retries: in
         if not lost:
             return
         for task in lost:  # one of these killed the pool: run each alone, where a death is its own
-            for attempt in range(1 + max_retries):
+            for _attempt in range(1 + max_retries):
                 if not _pool_pass(iter([task]), 1, finished, fn):
                     break
             else:

@@ -92,7 +92,8 @@ def check_settings(settings: ValidateSettings) -> None:
 
 def run_validation(settings: ValidateSettings, say: Say = print) -> dict[str, Any]:
     """Profile, calibrate, plan, simulate, run and compare as ``settings`` say; write the files into
-    ``settings.out`` (profile.csv, calibration.json, run/, simulated.csv, errors.csv, validate.json, the plot) and return the
+    ``settings.out`` (profile.csv, calibration.json, run/, simulated.csv, errors.csv, validate.json, the plot) and
+    return the
     document validate.json holds. ``say`` receives the progress lines. What the settings name is checked
     first, then torch (a bad setting is reported as such even where torch is missing); every problem a user
     can cause, a worker's failure included, is a :class:`ScenarioError`."""
@@ -151,7 +152,8 @@ def _run(settings: ValidateSettings, say: Say) -> dict[str, Any]:
     (out / "calibration.json").write_text(cal.to_json() + "\n")
     cm = AnalyticCostModel(job, cal)
 
-    batches = synthetic_batches(settings.iterations, settings.tokens, settings.context_len, median_len=settings.median_len,
+    batches = synthetic_batches(settings.iterations, settings.tokens, settings.context_len,
+                                median_len=settings.median_len,
                                 sigma=settings.sigma, seed=settings.seed)
     workloads = [plan_workload(p, batches, cm) for p in wanted if p in have]
     simulated = {w.label: [simulate_plan(s.plan, s.batch, cm).timeline.to_frame() for s in w.steps]

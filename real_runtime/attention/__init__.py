@@ -20,6 +20,7 @@ Typical use on every member of a CP group::
     out = gather_packed(out_l, layout, comm)                        # optional, for checks
 """
 
+from dcpsim.real_runtime.attention.backend import AttentionBackend
 from dcpsim.real_runtime.attention.comm import (
     CPComm,
     gather_packed,
@@ -37,7 +38,6 @@ from dcpsim.real_runtime.attention.engines import (
     ulysses_gather_order,
 )
 from dcpsim.real_runtime.attention.layout import DualChunkLayout, cu_seqlens_from_lengths
-from dcpsim.real_runtime.attention.backend import AttentionBackend
 from dcpsim.real_runtime.attention.local import (
     MathBackend,
     default_scale,
@@ -50,6 +50,7 @@ from dcpsim.real_runtime.attention.reference import document_causal_mask, refere
 __all__ = [
     "AttentionBackend", "CPAttentionError", "CPComm", "DualChunkLayout", "MathBackend", "cp_attention",
     "cu_seqlens_from_lengths", "default_scale", "document_causal_mask", "gather_packed", "head_to_seq",
-    "hybrid_attention", "merge_partials", "new_cp_comm", "new_cp_comm_for_group", "reference_attention", "resolve_backend",
+    "hybrid_attention", "merge_partials", "new_cp_comm", "new_cp_comm_for_group", "reference_attention",
+    "resolve_backend",
     "ring_attention", "seq_to_head", "ulysses_attention", "ulysses_gather_order", "varlen_attention",
 ]

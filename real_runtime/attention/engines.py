@@ -27,9 +27,9 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from dcpsim.real_runtime.attention.backend import AttentionBackend
 from dcpsim.real_runtime.attention.comm import CPComm, head_to_seq, seq_to_head
 from dcpsim.real_runtime.attention.layout import DualChunkLayout
-from dcpsim.real_runtime.attention.backend import AttentionBackend
 from dcpsim.real_runtime.attention.local import default_scale, resolve_backend
 from dcpsim.real_runtime.attention.ring import ring_attention_shard
 

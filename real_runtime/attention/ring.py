@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dcpsim.real_runtime.attention.backend import AttentionBackend
 from dcpsim.real_runtime.attention.comm import CPComm, RingShift
 from dcpsim.real_runtime.attention.layout import DualChunkLayout
-from dcpsim.real_runtime.attention.backend import AttentionBackend
 from dcpsim.real_runtime.attention.local import merge_partials
 
 

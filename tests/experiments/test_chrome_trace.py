@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from dcpsim.experiments.output.chrome_trace import timeline_to_chrome
 from dcpsim.experiments.cli import main
+from dcpsim.experiments.output.chrome_trace import timeline_to_chrome
 from dcpsim.experiments.runner import PolicySpec, run_policy
 from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO
 

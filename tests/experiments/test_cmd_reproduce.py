@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from dcpsim.experiments.studies import reproduction
 from dcpsim.experiments.cli import main
+from dcpsim.experiments.studies import reproduction
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import argparse
 import pytest
 
 from dcpsim.experiments.cli import main
-from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.cli.args import add_scenario_arguments, scenario_from_args
+from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.scenario.files import load_scenario
 
 SMALL = ["--global-batch-tokens", "1048576", "--no-progress"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dcpsim.experiments.sweep.grid import load_sweep
-from dcpsim.experiments.sweep.task import run_task
 from dcpsim.experiments.sweep.pool import run_pool
+from dcpsim.experiments.sweep.task import run_task
 
 BASE = """
 model = "tiny"

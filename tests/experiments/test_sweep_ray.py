@@ -16,8 +16,8 @@ ray = pytest.importorskip("ray")
 from dcpsim.experiments.cli import main  # noqa: E402
 from dcpsim.experiments.sweep.driver import run_sweep  # noqa: E402
 from dcpsim.experiments.sweep.grid import load_sweep  # noqa: E402
-from dcpsim.experiments.sweep.store import stored_status  # noqa: E402
 from dcpsim.experiments.sweep.ray import run_ray  # noqa: E402
+from dcpsim.experiments.sweep.store import stored_status  # noqa: E402
 
 BASE = """
 model = "llama3-8b"

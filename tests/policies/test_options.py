@@ -9,9 +9,9 @@ import pytest
 
 from dcpsim.policies import PolicyError, create_policy
 from dcpsim.policies.registry import (
-    OptionType,
     _REGISTRY,
     _TYPES,
+    OptionType,
     check_options,
     option,
     option_types,

@@ -105,7 +105,7 @@ def _worker(rank: int, world: int, out_dir: str) -> None:
                     continue
                 comm = pool.comm_for(g)
                 got = {}
-                for name, pg, members in (("group", comm.group, g.ranks),
+                for name, pg, _members in (("group", comm.group, g.ranks),
                                           ("ulysses", comm.ulysses_group, None), ("ring", comm.ring_group, None)):
                     if pg is None:
                         continue

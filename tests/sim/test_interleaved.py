@@ -91,7 +91,7 @@ def reference_times(plan, lengths: dict[int, int], p: int, vpp: int, fwd_s_per_t
             groups.append((i, grp.ranks, tpr * fwd_s_per_token / vpp))
     m, n = plan.num_microbatches, p * vpp
     deps: dict[tuple[int, int, int], list[tuple[tuple[int, int, int], float]]] = {}
-    for g, (i, ranks, _) in enumerate(groups):
+    for g, _group in enumerate(groups):
         for k in range(n):
             deps[(k, g, 0)] = [((k - 1, g, 0), pp_s)] if k > 0 else []
             deps[(k, g, 1)] = [((k + 1, g, 1), pp_s)] if k < n - 1 else []
