@@ -232,7 +232,6 @@ def test_cycle_finder_passes_a_tree_without_cycles(tmp_path: Path) -> None:
     assert cycle_report({"pkg": tmp_path}) == []
 
 
-@pytest.mark.xfail(strict=False, reason="cycles fixed on other branches; the lead removes this mark at merge")
 def test_no_import_cycles() -> None:
     """No module reaches itself through run-time imports (function-level ones included): each circle found is
     printed as a chain with the file and line of every import in it."""
