@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class PlanError(ValueError):
-    """A plan that breaks an invariant of DESIGN §3 (the message names the microbatch, group and value)."""
+    """A plan that breaks an invariant of docs/architecture.md, "Plans and their invariants" (the message
+    names the microbatch, group and value)."""
 
 
 class PolicyError(ValueError):

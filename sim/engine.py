@@ -1,6 +1,7 @@
 """The discrete-event engine: one training iteration of a Plan on p pipeline stages, on simpy.
 
-Semantics (DESIGN §6). Every pool rank of every stage runs its microbatches in 1F1B order
+Semantics: docs/architecture.md, "Simulation semantics".
+Every pool rank of every stage runs its microbatches in 1F1B order
 (``policies.pipeline_order``: non-interleaved, or Megatron's interleaved order with ``job.vpp`` = V > 1 virtual
 stages per rank), skipping microbatches it takes no part in. A CP group's forward (backward) at a (virtual)
 stage is one operation of all its members: it starts when every member has finished its previous operation on

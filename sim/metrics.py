@@ -1,4 +1,4 @@
-"""Metrics of one simulated (or measured) iteration (DESIGN §6; docs/metrics.md defines each).
+"""Metrics of one simulated (or measured) iteration (docs/metrics.md defines each).
 
 Each metric is declared once, on its field of :class:`Metrics` (``sim.metric_spec``): its unit, how a run
 aggregates it over iterations, and its column in ``dcpsim compare``. The run summary, the table, ``--json``,

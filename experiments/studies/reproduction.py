@@ -17,7 +17,7 @@ from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
 
 REFERENCE = DATA_DIR / "reference"
 FREE = SaturatingCurve(math.inf, 0.0)
-TE_RANGES = {"1x512K": (3.98, 4.23), "256x2K": (3.03, 3.41)}  # ../shared/reference/README.md
+TE_RANGES = {"1x512K": (3.98, 4.23), "256x2K": (3.03, 3.41)}  # TE CP benchmark, docs/calibration.md
 ZIGZAG_EFFICIENCY = 0.90  # ring-flash-attention README
 H800_NVLINK_SCALE = 400.0 / 900.0  # NVLink GB/s, H800 over H100 (data sheets)
 

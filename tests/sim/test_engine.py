@@ -1,4 +1,4 @@
-"""Closed-form and behavioural checks of the simulator (DESIGN §6)."""
+"""Closed-form and behavioural checks of the simulator (docs/architecture.md, "Simulation semantics")."""
 
 import numpy as np
 import pytest
