@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from dcpsim.policies.hydra_order import FORWARD_FRACTION, RAMP_FLOORS, _schedule, ramped
-from dcpsim.policies.hydra_msearch import REFINE_MAX, REFINE_WITHIN, STOP_ABOVE, TOKEN_SLACK, TargetChoice
-from dcpsim.policies.hydra_target import TargetModel, cell_degrees, pack_heavy, solve_tau
-from dcpsim.policies.hydra_grid import WorkGrid
+from dcpsim.policies.hydra.order import FORWARD_FRACTION, RAMP_FLOORS, _schedule, ramped
+from dcpsim.policies.hydra.microbatches import REFINE_MAX, REFINE_WITHIN, STOP_ABOVE, TOKEN_SLACK, TargetChoice
+from dcpsim.policies.hydra.target import TargetModel, cell_degrees, pack_heavy, solve_tau
+from dcpsim.policies.hydra.work import WorkGrid
 
 
 def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION) -> np.ndarray:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dcpsim.policies.hydra_bins import PROBES, Packer
-from dcpsim.policies.hydra_placement import _by_share
+from dcpsim.policies.hydra.bins import PROBES, Packer
+from dcpsim.policies.hydra.placement import _by_share
 
 
 def _search_without_floor(pk: Packer, cls: tuple[int, int], work: float, tokens: float,

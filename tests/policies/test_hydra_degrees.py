@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra_degrees import planning_engines_many, sequence_degrees_many
-from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_msearch import choose_target
-from dcpsim.policies.hydra_target import build_target_model
-from dcpsim.policies.hydra_options import allowed_degrees
-from dcpsim.policies.hydra_work import Pricer
+from dcpsim.policies.hydra.degrees import planning_engines_many, sequence_degrees_many
+from dcpsim.policies.hydra.work import build_grid
+from dcpsim.policies.hydra.microbatches import choose_target
+from dcpsim.policies.hydra.target import build_target_model
+from dcpsim.policies.hydra.options import allowed_degrees
+from dcpsim.policies.hydra.pricing import Pricer
 from dcpsim.traces import get_preset
 
 

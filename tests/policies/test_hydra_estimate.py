@@ -6,9 +6,9 @@ option without a non-decreasing grid row."""
 import numpy as np
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_options import allowed_degrees
-from dcpsim.policies.hydra_work import MIN_WORK_S, OPTION_KEY, Pricer
+from dcpsim.policies.hydra.work import build_grid
+from dcpsim.policies.hydra.options import allowed_degrees
+from dcpsim.policies.hydra.pricing import MIN_WORK_S, OPTION_KEY, Pricer
 from dcpsim.traces import get_preset
 
 

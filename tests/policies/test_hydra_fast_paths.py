@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.policies import hydra_columns, hydra_msearch, hydra_order, hydra_target
-from dcpsim.policies.hydra_target import build_target_model, pack_heavy
-from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_options import allowed_degrees
-from dcpsim.policies.hydra_work import Pricer
+from dcpsim.policies.hydra import columns as hydra_columns, microbatches as hydra_msearch, order as hydra_order, target as hydra_target
+from dcpsim.policies.hydra.target import build_target_model, pack_heavy
+from dcpsim.policies.hydra.work import build_grid
+from dcpsim.policies.hydra.options import allowed_degrees
+from dcpsim.policies.hydra.pricing import Pricer
 from dcpsim.traces import get_preset
 
 from . import _hydra_first_version as first

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dcpsim.policies.hydra_placement as placement
+import dcpsim.policies.hydra.placement as placement
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import create_policy
-from dcpsim.policies.hydra_fill import fill
+from dcpsim.policies.hydra.fill import fill
 from dcpsim.traces.batching import GlobalBatch
 
 # (pool, pp, budget, n, seed): heavy-tailed batches whose fills hand over at the first sequence, midway, or

@@ -3,7 +3,7 @@ for bit: the grid's geometric spacing is np.geomspace's for the integer spans a 
 
 import numpy as np
 
-from dcpsim.policies.hydra_grid import geomspace
+from dcpsim.policies.hydra.work import geomspace
 
 
 def test_geomspace_equals_numpy_bit_for_bit():

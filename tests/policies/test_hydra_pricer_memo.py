@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra_grid import WorkGrid, build_grid
-from dcpsim.policies.hydra_options import allowed_degrees
-from dcpsim.policies.hydra_work import Pricer, group_overhead, sequence_work
+from dcpsim.policies.hydra.work import WorkGrid, build_grid
+from dcpsim.policies.hydra.options import allowed_degrees
+from dcpsim.policies.hydra.pricing import Pricer, group_overhead, sequence_work
 from dcpsim.traces import get_preset
 
 

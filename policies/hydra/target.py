@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dcpsim.policies.hydra_grid import WorkGrid
+from dcpsim.policies.hydra.work import WorkGrid
 
 
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dcpsim.policies.hydra_order import best_makespans, ramped
-from dcpsim.policies.hydra_target import TargetModel, alone_load, first_fit
-from dcpsim.policies.hydra_grid import WorkGrid
+from dcpsim.policies.hydra.order import best_makespans, ramped
+from dcpsim.policies.hydra.target import TargetModel, alone_load, first_fit
+from dcpsim.policies.hydra.work import WorkGrid
 
 TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
 REFINE_WITHIN = 1.10  # candidates within this factor of the best Σh + (p−1)·max h get the recurrence

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dcpsim.policies.hydra_bins import Packer
-from dcpsim.policies.hydra_fill import fill as fill_phase
-from dcpsim.policies.hydra_target import pack_heavy
+from dcpsim.policies.hydra.bins import Packer
+from dcpsim.policies.hydra.fill import fill as fill_phase
+from dcpsim.policies.hydra.target import pack_heavy
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dcpsim.policies.hydra_bins import Packer
+from dcpsim.policies.hydra.bins import Packer
 
 
 class Filled(NamedTuple):

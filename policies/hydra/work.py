@@ -15,8 +15,8 @@ import numpy as np
 
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.hydra_options import engine_options_of
-from dcpsim.policies.hydra_work import (MIN_WORK_S, OPTION_KEY, Pricer, alone_time, class_times, group_overhead,
+from dcpsim.policies.hydra.options import engine_options_of
+from dcpsim.policies.hydra.pricing import (MIN_WORK_S, OPTION_KEY, Pricer, alone_time, class_times, group_overhead,
                                         prices_fixed_costs, sequence_work, sorted_unique, stage_classes_of)
 
 

@@ -16,10 +16,10 @@ import math
 import numpy as np
 
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.hydra_placement import Layout
-from dcpsim.policies.hydra_target import cell_degrees
-from dcpsim.policies.hydra_options import engine_option_tuple
-from dcpsim.policies.hydra_work import OPTION_KEY, Pricer, sorted_unique
+from dcpsim.policies.hydra.placement import Layout
+from dcpsim.policies.hydra.target import cell_degrees
+from dcpsim.policies.hydra.options import engine_option_tuple
+from dcpsim.policies.hydra.pricing import OPTION_KEY, Pricer, sorted_unique
 
 __all__ = ["group_engines", "planning_engines_many", "sequence_degrees_many"]
 
