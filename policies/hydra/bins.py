@@ -102,59 +102,34 @@ class Packer:
         return b
 
     def structure(self, items: Iterable[tuple[int, int, int, float, float]]) -> None:
-        """Phase A of :func:`policies.hydra_placement.place`: each (position, size, u, work, tokens) in turn
+        """Phase A of :func:`policies.hydra.placement.place`: each (position, size, u, work, tokens) in turn
         joins the roomiest group of its class within τ (or h: :meth:`best_in_class`, strict), else carves a new
         group from the microbatch with the most free ranks that can carve it and whose height holds its load
         (short microbatches of a height profile are passed over: at most ``PROBES`` + 2 · their number are
-        looked at), else joins a group within the tolerance, else opens a microbatch. The join test's first
-        step and the carving run inline (:meth:`carve`'s steps, the free-list entry already found)."""
-        classes, bins, overhead, cursor, free = self.classes, self.bins, self.overhead, self.cursor, self.free
-        least = self.least_tokens
-        W, aligned, div, fast = self.W, self.aligned, 1.0 + self.tol, self.slow is None
-        lim = self.M * (1 + 1e-12)
-        short, limit = self.short, PROBES + 2 * self.short
+        looked at), else joins a group within the tolerance, else opens a microbatch."""
+        div = 1.0 + self.tol
+        limit = PROBES + 2 * self.short
         for i, c, u, w, t in items:
-            cls = (c, u)
-            entries = classes.get(cls)
-            if entries:
-                b = bins[entries[0][1]]
-                # the roomiest may take it within τ and the fewest tokens leave room for it: the full search
-                if b.load + w <= b.cap / div and t + least[cls] <= lim:
-                    hit = self.best_in_class(cls, w, t, strict=True)
-                    if hit is not None:
-                        self.add(hit[1], i, w, t)
-                        continue
-            load = overhead[cls] + w
-            at = -1  # the free-list entry of the microbatch to carve from
-            for n, (nf, ncap, k) in enumerate(free):  # (−free ranks, −capacity, microbatch)
+            hit = self.best_in_class((c, u), w, t, strict=True)
+            if hit is not None:
+                self.add(hit[1], i, w, t)
+                continue
+            load = self.overhead[c, u] + w
+            at = -1  # the microbatch to carve from
+            for n, (nf, ncap, k) in enumerate(self.free):  # (−free ranks, −capacity, microbatch)
                 if n >= limit or -nf < c:
                     break
-                c0 = cursor[k]
-                if (W - c0 >= c and not (aligned and c0 % c)
-                        and (not short or load <= -ncap / div * (1 + 1e-12))):
-                    at = n
+                if self.fits_block(k, c) and (not self.short or load <= -ncap / div * (1 + 1e-12)):
+                    at = k
                     break
-            if at < 0:
-                hit = self.best_in_class(cls, w, t, strict=False)
-                if hit is not None:
-                    self.add(hit[1], i, w, t)
-                    continue
+            if at >= 0:
+                self.carve(at, c, u, i, w, t)
+                continue
+            hit = self.best_in_class((c, u), w, t, strict=False)
+            if hit is not None:
+                self.add(hit[1], i, w, t)
+            else:
                 self.carve(self.new_mb(), c, u, i, w, t)
-                continue
-            if not fast:  # (stragglers: the block's capacity by its slowest rank)
-                self.carve(k, c, u, i, w, t)
-                continue
-            b = Bin(k, c0, c, u, -ncap, load, 0.0 + t, [i])  # carve(k, c, u, i, w, t) at entry ``at``
-            del free[at]
-            insort(free, (c + nf, ncap, k))
-            cursor[k] = c0 + c
-            bins.append(b)
-            if entries is None:
-                entries = classes[cls] = []
-                least[cls] = b.tokens
-            elif b.tokens < least[cls]:
-                least[cls] = b.tokens
-            insort(entries, (b.load - b.cap, len(bins) - 1))
 
     def add(self, gid: int, pos: int, work: float, tokens: float) -> None:
         b = self.bins[gid]

@@ -52,32 +52,12 @@ class Layout:
         return out
 
 
-def _by_share(pos: np.ndarray, shares: np.ndarray, order_key: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``pos`` by share, largest first, ties by ``order_key``: ``pos[np.lexsort((order_key[pos], -shares[pos]))]``.
-    The fill's sequences share one class, so a share is a function of the length: where it rises strictly with
-    the length here (checked), longest first with ties by key is that order, and one sort of a 63-bit key
-    (length, then key; the keys are distinct sequence ids, so any sort gives it) is faster than the lexsort's two
-    stable passes (51 against 91 µs at the benchmark cell's 1,789 sequences). Else the lexsort itself."""
-    if len(pos) < 2:
-        return pos
-    key, L = order_key[pos], lengths[pos]
-    k_lo, span = int(key.min()), int(key.max()) - int(key.min()) + 1
-    l_hi = int(L.max())
-    if span.bit_length() + (l_hi - int(L.min()) + 1).bit_length() <= 62:
-        by = pos[np.argsort((l_hi - L) * span + (key - k_lo))]
-        s, Ls = shares[by], lengths[by]
-        if bool(((s[1:] < s[:-1]) | ((s[1:] == s[:-1]) & (Ls[1:] == Ls[:-1]))).all()):
-            return by
-    return pos[np.lexsort((key, -shares[pos]))]
-
-
 def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, lengths: np.ndarray,
           sizes: np.ndarray, ulysses: np.ndarray, shares: np.ndarray, heavy: np.ndarray, m_light: int,
           order_key: np.ndarray, overhead: dict[tuple[int, int], float], fill: tuple[int, int],
           slowdown: np.ndarray | None = None,
           fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
-          fill_lower: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None,
-          fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None] | None = None,
+          fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None],
           light_heights: np.ndarray | None = None,
           prune: Callable[[list[int], list[float], list[float], int], bool] | None = None) -> Layout | None:
     """Place every sequence (positions 0..n−1).
@@ -86,9 +66,8 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     ``heavy``: set apart; ``order_key``: tie-break (the sequence ids); ``overhead[(size, u)]``: a group's fixed
     load; ``slowdown`` ([W] or None): each pool rank's slow-down factor, dividing the capacity of its groups;
     ``fill`` = (size, u) of the fill class (the smallest degree); ``fill_work(positions, sizes, u)``
-    (elementwise) prices fill sequences in another class, ``fill_estimate(positions, size, u)`` (optional)
-    estimates that price without pricing (or None) and ``fill_lower`` (optional, used where there is no
-    estimate) bounds it from below (or None); ``light_heights``: the target height of each light microbatch in
+    (elementwise) prices fill sequences in another class, ``fill_estimate(positions, size, u)``
+    estimates that price without pricing (or None: no estimate); ``light_heights``: the target height of each light microbatch in
     run order (None: τ for all ``m_light``); those below τ take only fill sequences (phase B); ``prune``
     (optional): called a quarter and halfway through phase A and once it is placed, with each group's
     microbatch and load so far, the microbatches' capacities and the heavy microbatch count; if it returns
@@ -129,10 +108,11 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
         if prune is not None and prune([b.mb for b in pk.bins], [b.load for b in pk.bins], pk.caps, heavy_mbs):
             return None
     # Phase B: the fill (hydra_fill), then the groups: phase A's bins and every free block that took a sequence.
-    small = _by_share(np.flatnonzero(is_fill), shares, order_key, lengths)
+    small = np.flatnonzero(is_fill)
+    small = small[np.lexsort((order_key[small], -shares[small]))]  # largest share first, ties by id
     bins = pk.bins
     nb0 = len(bins)
-    filled = fill_phase(pk, small, lengths, shares, fill, fill_work, fill_lower, fill_estimate)
+    filled = fill_phase(pk, small, lengths, shares, fill, fill_work, fill_estimate)
     where = filled.where
     took = np.zeros(len(filled.mb), dtype=bool)  # the free blocks that took a sequence, ascending
     took[where] = True

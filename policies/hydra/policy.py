@@ -251,8 +251,7 @@ class HyDra:
             layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance,
                            aligned=self.degrees == "pow2", lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
                            m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=pricer.work,
-                           light_heights=profile, fill_lower=pricer.lower,
-                           fill_estimate=pricer.estimate, prune=None if bound is None else prune)
+                           light_heights=profile, fill_estimate=pricer.estimate, prune=None if bound is None else prune)
             if layout is None:
                 return None
             keys, order, score = self._order(layout, tau, job.pp, n_profile, grid.stage_scale)
