@@ -138,6 +138,9 @@ class HyDra:
     profile: bool | None = None
     # microbatch counts planned: m, ⌈m/2⌉, …, ⌈m/k⌉, the best by the recurrence; None: 3 (1 without fixed costs)
     m_candidates: int | None = option(None, ge=1)
+    # how τ follows from the batch's rank-work F (target.solve_tau): the closed-form fixed point, or "mean"
+    # (τ = the mean load per slot at the smallest loads alone, no fixed point: a researcher's variant)
+    target: Literal["fixed-point", "mean"] = "fixed-point"
     name: ClassVar[str]  # set by @register_policy
 
     def __post_init__(self) -> None:
@@ -188,7 +191,7 @@ class HyDra:
         grid = build_grid(lengths, D, self.cp_engine, job, cost_model, M, pricer=pricer)
         tm = build_target_model(grid)
         capacity = None if slow is None else float((1.0 / slow).sum())
-        search = TargetSearch(grid, tm, W, job.pp, lengths, M, capacity)  # shared by every count tried below
+        search = TargetSearch(grid, tm, W, job.pp, lengths, M, capacity, rule=self.target)  # shared by every count tried below
         choice = choose_target(grid, tm, W, job.pp, lengths, M, self.num_microbatches, capacity=capacity,
                                search=search)
 

@@ -55,14 +55,12 @@ class TargetModel:
     heavy_k: np.ndarray  # [G] its degree index when heavy (argmin share)
     rank_work: np.ndarray  # [G, K] R_j · D_k · work[j, k] + count_j · D_k · (overhead[j, k] − overhead[j, 0])
     slot_overhead: float  # ō
-    # per cell: sequences, their summed weight R, and the degree records (row, degree index, load alone) of
-    # cells holding sequences, row-major (what TargetSearch reads the degrees at many τ off)
-    cell_count: np.ndarray | None = None
-    cell_weight: np.ndarray | None = None
-    records: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 def build_target_model(grid: WorkGrid) -> TargetModel:
+    """F(τ) from the grid: per cell, its *records* (a degree whose load alone beats every smaller degree's) are
+    the degrees the degree rule can give it; as τ falls past a record's load alone the cell moves to the next
+    record, and F jumps by the difference of their rank-work."""
     G, K = grid.work.shape
     R = np.bincount(grid.cell, weights=grid.scale, minlength=G)
     wm = alone_load(grid)
@@ -92,26 +90,44 @@ def build_target_model(grid: WorkGrid) -> TargetModel:
     order = np.argsort(ev_t, kind="stable")
     thr = ev_t[order]
     F = f_low + np.concatenate([np.zeros(1), np.cumsum(ev_d[order])])
-    return TargetModel(thr, F, heavy_thr, heavy_k, rw, float(grid.overhead[0, 0]), count, R,
-                       (rows, cols, rec_wm))
+    return TargetModel(thr, F, heavy_thr, heavy_k, rw, float(grid.overhead[0, 0]))
 
 
-def solve_tau(tm: TargetModel, pool: float, m_light: int, excluded: float = 0.0) -> float:
-    """Smallest τ ≥ (F(τ) − excluded) / (W · m_light) + ō over the step function F. With stragglers W is the
-    effective pool Σ_w 1/f_w (a rank of slow-down f carries τ/f): the target of a full-speed rank."""
-    tau_e = (tm.F - excluded) / (pool * m_light) + tm.slot_overhead
-    upper = np.r_[tm.thresholds, np.inf]
-    lower = np.r_[0.0, tm.thresholds]
-    e = int(np.argmax(tau_e < upper))  # the last interval always qualifies (upper = inf)
-    return float(max(tau_e[e], lower[e], tm.slot_overhead, 1e-12))
+TARGET_RULES = ("fixed-point", "mean")  # HyDra's ``target`` option: how τ follows from F
 
 
-def cell_degrees(grid: WorkGrid, tm: TargetModel, tau: float) -> tuple[np.ndarray, np.ndarray]:
-    """Degree index of every grid cell at target τ and whether the cell is heavy there."""
-    ok = alone_load(grid) <= tau
-    heavy = ~ok.any(axis=1)
-    k = np.where(heavy, tm.heavy_k, np.argmax(ok, axis=1))
-    return k, np.asarray(heavy)
+def solve_tau(tm: TargetModel, pool: float, m_light, excluded=None, rule: str = "fixed-point"):
+    """The closed-form target: the smallest τ ≥ (F(τ) − excluded) / (W · m_light) + ō over the step function
+    F, for one count (a float) or an array of counts (an array; ``excluded`` per count, None: nothing). With
+    stragglers W is the effective pool Σ_w 1/f_w (a rank of slow-down f carries τ/f): a full-speed rank's.
+
+    ``rule="mean"`` (a researcher's variant, HyDra's ``target`` option): τ = the mean load per slot with
+    every sequence at the degree of its smallest load alone, (F(∞) − excluded) / (W · m_light) + ō, without
+    the fixed point (degrees then follow from this τ as usual)."""
+    scalar = np.ndim(m_light) == 0
+    m = np.atleast_1d(np.asarray(m_light))
+    num = tm.F[None, :] if excluded is None else tm.F[None, :] - np.atleast_1d(excluded)[:, None]
+    tau_e = num / (pool * m)[:, None] + tm.slot_overhead
+    if rule == "mean":
+        tau = tau_e[:, -1]
+    else:
+        upper = np.concatenate([tm.thresholds, [np.inf]])
+        lower = np.concatenate([[0.0], tm.thresholds])
+        e = np.argmax(tau_e < upper, axis=1)  # the last interval always qualifies (upper = inf)
+        tau = np.maximum(tau_e[np.arange(len(m)), e], lower[e])
+    tau = np.maximum(tau, max(tm.slot_overhead, 1e-12))
+    return float(tau[0]) if scalar else tau
+
+
+def cell_degrees(grid: WorkGrid, tm: TargetModel, tau):
+    """The degree rule on the grid: each cell's degree index at target τ (the smallest allowed degree whose
+    load alone, work + overhead, meets τ and whose tokens fit the budget; none: heavy, the degree of the
+    smallest load alone) and whether the cell is heavy. For one τ: ([G], [G]); for an array of τ: ([n, G],
+    [n, G])."""
+    ok = alone_load(grid)[None, :, :] <= np.atleast_1d(tau)[:, None, None]
+    heavy = ~ok.any(axis=2)
+    k = np.where(heavy, tm.heavy_k[None, :], np.argmax(ok, axis=2))
+    return (k[0], heavy[0]) if np.ndim(tau) == 0 else (k, heavy)
 
 
 def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.ndarray, np.ndarray]:
@@ -140,58 +156,3 @@ def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.nda
         free = free - c * np.bincount(mb, minlength=len(free))
         np.maximum.at(height, mb, shares[items])
     return where, height
-
-
-def pack_heights(loads: np.ndarray, sizes: np.ndarray, pool: int) -> np.ndarray:
-    """The microbatch heights of :func:`pack_heavy` (the same first fit), without the assignment: per degree
-    class, largest first, the loads in falling order fill the microbatches' free slots in turn, so each
-    microbatch's tallest new load is the first one it takes (:func:`pack_sorted` on the sorted loads)."""
-    order = np.lexsort((-loads, -sizes))  # degree falling, then load falling (ties: equal heights either way)
-    return pack_sorted(loads[order], sizes[order], pool)
-
-
-def pack_sorted(loads: np.ndarray, sizes: np.ndarray, pool: int) -> np.ndarray:
-    """:func:`pack_heights` of loads already ordered by degree (falling) and, within a degree, by load
-    (falling). Per class: the microbatches left with free ranks (few: a class of c ranks fills ⌊W/c⌋ per
-    microbatch and leaves W mod c, and only its last one partly) take their share one by one; the rest of
-    the class opens microbatches of ⌊W/c⌋ loads each, whose heights are every ⌊W/c⌋-th load (one slice)."""
-    if not len(sizes):
-        return np.zeros(0)
-    bounds = [0, *(np.flatnonzero(sizes[1:] != sizes[:-1]) + 1).tolist(), len(sizes)]
-    return first_fit(loads, [(int(sizes[lo]), lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])], pool)
-
-
-def first_fit(loads: np.ndarray, classes: list[tuple[int, int, int]], pool: int) -> np.ndarray:
-    """:func:`pack_sorted` with the classes given: (ranks c, start, stop) of each class's loads, degree
-    falling, each class non-empty."""
-    if not classes:
-        return np.zeros(0)
-    segs: list[np.ndarray] = []  # the heights of the microbatches each class opened, in microbatch order
-    open_: list[tuple[int, int, int]] = []  # (segment, index in it, free ranks) of those with free ranks
-    for c, lo, hi in classes:
-        items = loads[lo:hi]
-        n, pos = hi - lo, 0
-        if open_:
-            still = []
-            for si, pi, f in open_:
-                if pos < n and f >= c:
-                    x, seg = items[pos], segs[si]
-                    if not seg[pi] >= x:  # np.maximum(height, x)
-                        seg[pi] = x
-                    take = min(f // c, n - pos)
-                    f -= c * take
-                    pos += take
-                if f > 0:
-                    still.append((si, pi, f))
-            open_ = still
-        if pos < n:
-            per = pool // c
-            new = np.maximum(items[pos::per], 0.0)
-            nb, s = len(new), len(segs)
-            segs.append(new)
-            if pool - c * per > 0:
-                open_.extend((s, q, pool - c * per) for q in range(nb - 1))
-            last = pool - c * (n - pos - per * (nb - 1))
-            if last > 0:
-                open_.append((s, nb - 1, last))
-    return segs[0] if len(segs) == 1 else np.concatenate(segs)

@@ -47,7 +47,7 @@ def test_registered_with_its_options() -> None:
     opts = policy_options("hydra")
     assert opts == {"cp_engine": "auto", "degrees": "auto", "min_cp_size": 1, "tolerance": 0.05,
                     "num_microbatches": None, "max_seqlen_per_rank": None, "profile": None,
-                    "m_candidates": None}
+                    "m_candidates": None, "target": "fixed-point"}
     assert isinstance(create_policy("hydra", cp_engine="ring"), HyDra)
 
 
@@ -215,7 +215,8 @@ def test_fill_balances_equal_items_like_lpt() -> None:
     lay = place(pool=W, budget=1e9, tau=1.0, tol=0.05, aligned=True, lengths=np.full(n, 100),
                 sizes=np.ones(n, dtype=np.int64), ulysses=np.ones(n, dtype=np.int64), shares=shares,
                 heavy=np.zeros(n, dtype=bool), m_light=1, order_key=np.arange(n), overhead={(1, 1): 0.0},
-                fill=(1, 1), fill_work=lambda pos, s, u: np.full(len(pos), 0.01 / s))
+                fill=(1, 1), fill_work=lambda pos, s, u: np.full(len(pos), 0.01 / s),
+                fill_estimate=lambda pos, s, u: None)
     loads = np.sort(lay.load)
     assert loads[-1] - loads[0] <= 0.01 + 1e-12
     assert (lay.seq_group >= 0).all() and np.bincount(lay.seq_group).sum() == n

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from dcpsim.policies.hydra.bins import PROBES, Packer
-from dcpsim.policies.hydra.placement import _by_share
 
 
 def _search_without_floor(pk: Packer, cls: tuple[int, int], work: float, tokens: float,
@@ -87,23 +86,3 @@ def test_all_free_blocks_is_each_microbatchs_free_blocks(seed: int, slow: bool, 
         assert cap.tolist() == [x for _, c in parts for x in c.tolist()]
         assert mb.dtype == first.dtype == np.int64 and cap.dtype == np.float64
 
-
-@pytest.mark.parametrize("seed", range(12))
-def test_the_fill_order_is_the_lexsort(seed: int) -> None:
-    """Largest share first, ties by id, on both paths: shares a rising function of the length with repeated
-    lengths (the one-key sort), shares that tie across lengths or fall with them, or ids too far apart for one
-    63-bit key (the lexsort itself); ids in any order, some negative, shares of both signed zeros."""
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(2, 400))
-    lengths = rng.integers(1, 60, 2 * n) * 100
-    path = seed % 3
-    if path == 0:  # a rising function of the length
-        shares = 1e-4 * lengths.astype(np.float64) ** 1.5
-    else:  # ties across lengths and zeros of both signs
-        shares = np.round(rng.lognormal(0.0, 1.0, 2 * n), 1) * rng.choice([1.0, 0.0, -0.0], 2 * n, p=[0.8, 0.1, 0.1])
-    ids = rng.permutation(2 * n).astype(np.int64) * 7 - n
-    if seed % 4 == 3:
-        ids[0] = (1 << 60) + 1  # (too far apart for one 63-bit key: the lexsort path)
-    pos = np.sort(rng.choice(2 * n, n, replace=False))
-    want = pos[np.lexsort((ids[pos], -shares[pos]))]
-    assert _by_share(pos, shares, ids, lengths).tolist() == want.tolist()

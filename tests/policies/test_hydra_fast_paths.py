@@ -60,7 +60,7 @@ def test_target_search_matches_the_first_version(n: int, w: int, pp: int, seed: 
         res = new.many(counts[::-1])  # out of order: every count resolved on its own
         for i, m in enumerate(counts[::-1].tolist()):
             want = ref.at(m)
-            assert same(new.choice(res, i), want), (m, capacity)
+            assert same(res[i], want), (m, capacity)
             assert same(hydra_msearch.TargetSearch(grid, tm, w, pp, lengths, budget, capacity).at(m), want)
             heavy_seen += want.m_heavy > 0
         for span in (1, 8):
@@ -78,29 +78,8 @@ def test_target_search_matches_the_first_version(n: int, w: int, pp: int, seed: 
             assert same(hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity,
                                                     search=shared),
                         first.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity))
-        with pytest.raises(ValueError, match="search was built for other inputs"):
-            hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget + 1, 9, capacity=capacity, search=shared)
     if (n, w) == (256, 16):
         assert heavy_seen > 0  # the heavy-set path is exercised
-
-
-def test_heavy_heights_are_pack_heavys() -> None:
-    """The heights-only first fit equals pack_heavy's heights, and a hand-packed case: loads [3, 2, 1] of
-    8 ranks and 5 of 16 on 16 ranks: the 16 opens microbatch 0 (height 5), the 8s fill microbatch 1 two at a
-    time (3 and 2, height 3) and open microbatch 2 (height 1)."""
-    assert same(hydra_target.pack_heights(np.array([3.0, 2.0, 1.0, 5.0]), np.array([8, 8, 8, 16]), 16),
-                np.array([5.0, 3.0, 1.0]))
-    rng = np.random.default_rng(7)
-    for _ in range(300):
-        pool = int(rng.choice([8, 16, 18, 64]))
-        sizes = rng.choice([c for c in (1, 2, 3, 4, 8, 16, 64) if c <= pool], size=int(rng.integers(1, 30)))
-        loads = np.round(rng.random(len(sizes)), 1)  # ties
-        assert same(hydra_target.pack_heights(loads, sizes, pool), pack_heavy(loads, sizes, pool)[1])
-    for _ in range(40):  # many sequences: classes that leave free ranks (W mod c, a part-filled last one)
-        pool = int(rng.choice([24, 100, 256]))
-        sizes = rng.choice([c for c in (1, 3, 8, 16, 32, 64, 96, 128, 256) if c <= pool], size=int(rng.integers(30, 400)))
-        loads = np.round(rng.random(len(sizes)), 2)
-        assert same(hydra_target.pack_heights(loads, sizes, pool), pack_heavy(loads, sizes, pool)[1])
 
 
 @pytest.mark.parametrize("p", [1, 2, 4, 8])
