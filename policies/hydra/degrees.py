@@ -1,232 +1,235 @@
-"""HyDra's degrees and engines (steps 3–5 of :mod:`policies.hydra`): what each sequence and group runs at.
+"""HyDra's step 3, degrees and engines: what each sequence and group runs at.
 
-- :func:`sequence_degrees_many`: every sequence's degree at each target τ (the smallest allowed one whose load
-  alone meets τ, exactly re-priced where the grid's cell is ambiguous) and its heavy flag.
+- :func:`allowed_degrees`, :func:`engine_options`: the CP degrees a plan may use and the inner Ulysses degrees
+  each engine choice allows a group.
+- :func:`sequence_degrees_many`: every sequence's degree at each target τ — **the degree rule**: the smallest
+  allowed degree ≥ its memory minimum whose load alone meets τ (the grid's rule,
+  :func:`policies.hydra.target.cell_degrees`, exactly re-priced where the sequence's grid cell is ambiguous) —
+  and its heavy flag.
 - :func:`planning_engines_many`: one planning engine per degree (sequences of one degree share groups), the
   exact shares and the group overheads placement uses.
-- :func:`group_engines`: after placement, each group's Ulysses × ring split with the least priced load.
+- :func:`group_engines`: **the Ulysses-inside-a-shallow-ring engine choice**: after placement, each group's
+  Ulysses × ring split (u, r) with the least priced load (Ulysses inside a node, the ring across).
 
-The first two take every microbatch-count candidate at once and price what they all need in one cost-model call.
+The first two take every microbatch-count candidate at once and price what they all need in one cost-model
+call before reading it (the pricer's memo: the same numbers as pricing each alone).
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.hydra.placement import Layout
-from dcpsim.policies.hydra.target import cell_degrees
-from dcpsim.policies.hydra.options import engine_option_tuple
-from dcpsim.policies.hydra.pricing import OPTION_KEY, Pricer, sorted_unique
+from dcpsim.policies.engines import ulysses_degrees_of
+from dcpsim.policies.errors import PolicyError
 
-__all__ = ["group_engines", "planning_engines_many", "sequence_degrees_many"]
+if TYPE_CHECKING:
+    from dcpsim.policies.hydra.placement import Layout
+    from dcpsim.policies.hydra.target import TargetModel
+    from dcpsim.policies.hydra.work import Pricer, WorkGrid
+
+__all__ = ["allowed_degrees", "cell_degrees", "engine_options", "group_engines", "planning_engines_many", "sequence_degrees_many"]
+
+OPTION_KEY = 1 << 20  # a group option (size, ulysses) as one integer: size · OPTION_KEY + ulysses
 
 
-def sequence_degrees_many(grid, tm, taus: list[float], lengths: np.ndarray, kmin: np.ndarray, pricer: Pricer):
-    """Degree index, engine and heavy flag of every sequence at each target τ of ``taus``.
+def sorted_unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` by a sort and a mask: numpy ≥ 2.3 hashes integers in ``np.unique`` (no
+    ``return_inverse``): 0.51 ms against 0.04 ms for 3,000 integers (numpy 2.4); HyDra calls it about 15 times a
+    plan at the 2,048 × 256 benchmark cell (tests/policies/test_hydra_structure.py holds it to ``np.unique``)."""
+    a = np.sort(a, axis=None)
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if a.size > 1 else a
+
+
+def engine_options(size: int, cp_engine: str, job: JobSpec) -> tuple[int, ...]:
+    """Inner Ulysses degrees u that ``cp_engine`` allows for a group of ``size`` ranks (empty: none).
+
+    ring → (1,); ulysses → (size,) when Ulysses can span the group; hybrid → the largest valid u (Ulysses
+    inside the node, ring across); auto → every valid u, to be priced.
+    """
+    size = int(size)
+    if size == 1 or cp_engine == "ring":
+        return (1,)
+    us = ulysses_degrees_of(size, job.kv_heads_per_rank, max(1, job.gpu.nvlink_domain // job.tp))
+    if cp_engine == "ulysses":
+        return (size,) if size in us else ()
+    if cp_engine == "hybrid":
+        return (max(us),)
+    return us
+
+
+def allowed_degrees(pool: int, mode: str, min_cp_size: int, cp_engine: str, job: JobSpec) -> np.ndarray:
+    """CP degrees HyDra may use, ascending.
+
+    ``pow2``: powers of two ≤ W, plus W itself when W is not a power of two (so that anything that fits the
+    pool can be placed); ``any``: every integer 1..W. Both keep only degrees ≥ ``min_cp_size`` that the CP
+    engine can run.
+    """
+    if mode == "pow2":
+        cand = [1 << i for i in range(pool.bit_length()) if (1 << i) <= pool]
+        if cand[-1] != pool:
+            cand.append(pool)
+    elif mode == "any":
+        cand = list(range(1, pool + 1))
+    else:
+        raise PolicyError(f"degrees = {mode!r} is unknown; valid: pow2, any")
+    if min_cp_size < 1 or min_cp_size > pool:
+        raise PolicyError(f"min_cp_size = {min_cp_size} must be between 1 and the pool size {pool}")
+    out = [c for c in cand if c >= min_cp_size and engine_options(c, cp_engine, job)]
+    if not out:
+        raise PolicyError(f"no CP degree ≥ min_cp_size = {min_cp_size} on a pool of {pool} ranks can run "
+                          f"cp_engine = {cp_engine!r} (KV heads per rank {job.kv_heads_per_rank}); "
+                          "use cp_engine hybrid or auto")
+    return np.asarray(out, dtype=np.int64)
+
+
+def cell_degrees(grid: WorkGrid, tm: TargetModel, tau):
+    """The degree rule on the grid: each cell's degree index at target τ (the smallest allowed degree whose
+    load alone, work + overhead, meets τ and whose tokens fit the budget; none: heavy, the degree of the
+    smallest load alone) and whether the cell is heavy. For one τ: ([G], [G]); for an array of τ: ([n, G],
+    [n, G])."""
+    ok = grid.alone()[None, :, :] <= np.atleast_1d(tau)[:, None, None]
+    heavy = ~ok.any(axis=2)
+    k = np.where(heavy, tm.heavy_k[None, :], np.argmax(ok, axis=2))
+    return (k[0], heavy[0]) if np.ndim(tau) == 0 else (k, heavy)
+
+
+def sequence_degrees_many(grid: WorkGrid, tm: TargetModel, taus: list[float], lengths: np.ndarray,
+                          kmin: np.ndarray, pricer: Pricer) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(degree index, engine, heavy flag) of every sequence at each target τ of ``taus``.
 
     The grid gives each sequence the degree of the grid point at or above its length (enough for it);
     the point below bounds the degree from underneath, and where the two differ the lower one is priced
     exactly and kept if the sequence's load alone meets τ. Sequences the grid calls heavy are priced at
-    every degree and get the smallest one that meets τ, or the one with the smallest load. What every τ
-    prices is priced in one call (the same numbers: the pricer's memo prices each cell elementwise,
-    whatever else a call holds)."""
-    plans = [_degrees_unpriced(grid, tm, tau, kmin) for tau in taus]
-    cells = [c for p in plans for c in (p[3], p[4]) if c is not None]
-    if len(cells) > 1:
-        pricer.work(np.concatenate([c[0] for c in cells]), np.concatenate([c[1] for c in cells]),
-                    np.concatenate([c[2] for c in cells]))
-    return [_degrees_priced(p, grid, tau, len(lengths), pricer) for p, tau in zip(plans, taus)]
-
-
-def _degrees_unpriced(grid, tm, tau: float, kmin: np.ndarray) -> tuple:
-    """The part of :func:`sequence_degrees_many` before pricing at one τ: each sequence's degree index and
-    engine from the grid, the cells below each grid point, and the two sets of cells it prices, each
-    (positions, sizes, u) or None: the lower degree of the sequences it may take, every memory-feasible degree
-    of the heavy ones."""
-    D = grid.degrees
-    k_cell, heavy_cell = cell_degrees(grid, tm, tau)
-    cell = grid.cell
-    k = np.maximum(k_cell[cell], kmin)
-    u = grid.ulysses[cell, k]
-    below = np.maximum(cell - 1, 0)
-    lower = np.maximum(k_cell[below], kmin)
-    try_low = np.flatnonzero((lower < k) & ~heavy_cell[cell])
-    low = None
-    if try_low.size:
-        kl = lower[try_low]
-        low = (try_low, D[kl], grid.ulysses[below[try_low], kl], kl)
-    hv = np.flatnonzero(heavy_cell[cell])
-    high = None
-    if hv.size:
-        K = len(D)
+    every degree and get the smallest one that meets τ, or the one with the smallest load."""
+    plans = []
+    for tau in taus:
+        D, K, cell = grid.degrees, len(grid.degrees), grid.cell
+        k_cell, heavy_cell = cell_degrees(grid, tm, tau)
+        k = np.maximum(k_cell[cell], kmin)
+        below = np.maximum(cell - 1, 0)
+        lower = np.maximum(k_cell[below], kmin)
+        low = np.flatnonzero((lower < k) & ~heavy_cell[cell])  # may take the lower degree
+        hv = np.flatnonzero(heavy_cell[cell])  # priced at every degree memory allows
         rep_k = np.tile(np.arange(K), hv.size)
         rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
-        ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)  # memory allows: priced
-        high = (np.repeat(hv, K)[ok], D[rep_k[ok]], rep_u[ok], hv, rep_u, ok)
-    return k, u, below, low, high
+        ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)
+        plans.append((k, grid.ulysses[cell, k], below, low, lower[low], hv, rep_k, rep_u, ok))
+    # everything every τ prices, priced in one call
+    pos = [x for p in plans for x in (p[3], np.repeat(p[5], K)[p[8]])]
+    sizes = [x for p in plans for x in (D[p[4]], D[p[6][p[8]]])]
+    us = [x for p in plans for x in (grid.ulysses[p[2][p[3]], p[4]], p[7][p[8]])]
+    pricer.work(np.concatenate(pos), np.concatenate(sizes), np.concatenate(us))
+    out = []
+    for (k, u, below, low, kl, hv, rep_k, rep_u, ok), tau in zip(plans, taus):
+        ul = grid.ulysses[below[low], kl]
+        meets = pricer.work(low, D[kl], ul) + grid.overhead[below[low], kl] <= tau
+        k[low[meets]], u[low[meets]] = kl[meets], ul[meets]
+        heavy = np.zeros(len(lengths), dtype=bool)
+        if hv.size:
+            flat = np.full(hv.size * K, np.inf)
+            s, uu = D[rep_k[ok]], rep_u[ok]
+            flat[ok] = pricer.work(np.repeat(hv, K)[ok], s, uu) + pricer.overhead(s, uu)
+            load = flat.reshape(hv.size, K)
+            fit = load <= tau
+            k[hv] = np.where(fit.any(axis=1), np.argmax(fit, axis=1), np.argmin(load, axis=1))
+            u[hv] = rep_u.reshape(hv.size, K)[np.arange(hv.size), k[hv]]
+            heavy[hv] = ~fit.any(axis=1)
+        out.append((k, u, heavy))
+    return out
 
 
-def _degrees_priced(plan: tuple, grid, tau: float, n: int, pricer: Pricer):
-    """:func:`sequence_degrees_many` at one τ from its unpriced part."""
-    k, u, below, low, high = plan
-    if low is not None:
-        try_low, sizes, ul, kl = low
-        w = pricer.work(try_low, sizes, ul) + grid.overhead[below[try_low], kl]
-        ok = w <= tau
-        k[try_low[ok]], u[try_low[ok]] = kl[ok], ul[ok]
-    heavy = np.zeros(n, dtype=bool)
-    if high is not None:
-        pos, sizes, us, hv, rep_u, ok = high
-        K = len(grid.degrees)
-        flat = np.full(hv.size * K, np.inf)
-        flat[ok] = pricer.work(pos, sizes, us) + pricer.overhead(sizes, us)
-        load = flat.reshape(hv.size, K)
-        meets = load <= tau
-        k[hv] = np.where(meets.any(axis=1), np.argmax(meets, axis=1), np.argmin(load, axis=1))
-        u[hv] = rep_u.reshape(hv.size, K)[np.arange(hv.size), k[hv]]
-        heavy[hv] = ~meets.any(axis=1)
-    return k, u, heavy
-
-
-def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec, pricer: Pricer, cp_engine: str):
-    """Per (sizes, u_seq, heavy, τ) of ``items``: sequences of one degree share groups, so they share an engine:
-    per degree, the option with the least total priced load over the (non-heavy) sequences of that degree.
-    Heavy sequences, alone in their groups, keep their own best. Returns per item the engines, exact shares and
-    group overheads by (c, u); what every item prices is priced in one call (the same numbers)."""
-    plans = [_engines_unpriced(sizes, heavy, job, cp_engine, pricer) for sizes, _, heavy, _ in items]
-    pos, rows, at = [], [], []  # (at: where each item's options' work starts in the one call's result)
-    n = 0
-    for (members, reps, reps_rows, *_), (sizes, u_seq, heavy, _) in zip(plans, items):
-        at.append(n)
-        if reps is not None:
-            pos.append(reps)
-            rows.append(reps_rows)
-            n += len(reps)
-        rest = np.ones(len(lengths), dtype=bool)  # (what no engine choice covers: priced at its own engine)
-        for m in members.values():
-            rest[m] = False
-        r = np.flatnonzero(rest)
-        if r.size:
-            pos.append(r)
-            rows.append(pricer.option_rows(sizes[r], u_seq[r]))
-            n += len(r)
-    w_all = pricer.work_at_rows(np.concatenate(pos), np.concatenate(rows)) if pos else np.zeros(0)
-    return [_engines_priced(p, sizes, u_seq, heavy, lengths, tau, pricer,
-                            None if p[1] is None else w_all[a:a + len(p[1])])
-            for p, (sizes, u_seq, heavy, tau), a in zip(plans, items, at)]
-
-
-def _engines_unpriced(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_engine: str, pricer: Pricer) -> tuple:
-    """The part of :func:`planning_engines_many` before pricing for one item: the light sequences of each degree,
-    and every (degree, engine) option's sequences in one array with each one's memo row (None: no options), the
-    options and their counts."""
+def _engine_choices(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_engine: str) -> list[tuple]:
+    """The light sequences of each degree (batch order) with each engine option of that degree: (size, u,
+    positions)."""
     light = np.flatnonzero(~heavy)
-    sl = sizes[light]
-    if len(sl) and int(sl.max()) < 1 << 15:  # (a stable sort of 16-bit keys is a radix sort: the same order)
-        sl = sl.astype(np.int16)
-    by = light[np.argsort(sl, kind="stable")]  # by degree, each degree's in batch order
-    cs = sizes[by]
-    cut = [0] + (np.flatnonzero(cs[1:] != cs[:-1]) + 1).tolist() if len(by) else []
-    bounds = cut + [len(by)]
-    members = {c: by[a:b] for c, a, b in zip(cs[cut].tolist() if cut else [], bounds, bounds[1:])}
-    pos, opt_c, opt_u, counts = [], [], [], []
-    for c, m in members.items():
-        for u in engine_option_tuple(c, cp_engine, job):
-            pos.append(m)
-            opt_c.append(c)
-            opt_u.append(u)
-            counts.append(len(m))
-    if not pos:
-        return members, None, None, opt_c, opt_u, counts
-    rows = np.repeat(pricer.option_rows(np.asarray(opt_c, dtype=np.int64), np.asarray(opt_u, dtype=np.int64)),
-                     counts)
-    return members, np.concatenate(pos), rows, opt_c, opt_u, counts
+    by = light[np.argsort(sizes[light], kind="stable")]  # by degree, each degree's in batch order
+    out = []
+    for c in np.unique(sizes[by]).tolist():
+        m = by[sizes[by] == c]
+        out += [(c, u, m) for u in engine_options(c, cp_engine, job)]
+    return out
 
 
-def _engines_priced(plan: tuple, sizes: np.ndarray, u_seq: np.ndarray, heavy: np.ndarray, lengths: np.ndarray,
-                    tau: float, pricer: Pricer, w: np.ndarray | None):
-    """:func:`planning_engines_many` for one item from its unpriced part and ``w``, its options' work (priced)."""
-    members, reps, reps_rows, opt_c, opt_u, counts = plan
-    u_seq = u_seq.copy()
-    keys: set[int] = set()  # the (size, u) pairs the sequences end up with
-    if opt_c:
-        assert w is not None
-        o = pricer.overhead(np.asarray(opt_c, dtype=np.int64), np.asarray(opt_u, dtype=np.int64)).tolist()
-        n_of = np.asarray(counts, dtype=np.int64)
-        starts = np.cumsum(n_of) - n_of
-        sums = np.add.reduceat(w, starts).tolist()
-        best: dict[int, tuple[float, int, int]] = {}
+def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec, pricer: Pricer,
+                          cp_engine: str) -> list[tuple[np.ndarray, np.ndarray, dict[tuple[int, int], float]]]:
+    """Per (sizes, u_seq, heavy, τ) of ``items``: sequences of one degree share groups, so they share an engine:
+    per degree, the option with the least total priced load over the light sequences of that degree (the
+    groups they fill at τ, each with the option's overhead). Heavy sequences, alone in their groups, keep their
+    own best. Returns per item the engines, exact shares and group overheads by (c, u)."""
+    choices = [_engine_choices(sizes, heavy, job, cp_engine) for sizes, _, heavy, _ in items]
+    rests = []  # per item what no engine choice covers (the heavy sequences): priced at its own engine
+    for ch in choices:
+        left = np.ones(len(lengths), dtype=bool)
+        for _, _, m in ch:
+            left[m] = False
+        rests.append(np.flatnonzero(left))
+    pricer.work(np.concatenate([m for ch in choices for _, _, m in ch] + rests),  # all of it in one call
+                np.concatenate([np.full(len(m), c) for ch in choices for c, _, m in ch]
+                               + [s[r] for (s, *_), r in zip(items, rests)]),
+                np.concatenate([np.full(len(m), u) for ch in choices for _, u, m in ch]
+                               + [u[r] for (_, u, *_), r in zip(items, rests)]))
+    out = []
+    for ch, (sizes, u_seq, heavy, tau) in zip(choices, items):
+        best: dict[int, tuple[float, int, np.ndarray]] = {}
         t = max(tau, 1e-12)
-        for j, (c, u, s_j, o_j) in enumerate(zip(opt_c, opt_u, sums, o)):
-            q = s_j / t  # (np.ceil's number on floats; max(1.0, nan) is 1.0 as before)
-            groups = max(1.0, float(math.ceil(q)) if math.isfinite(q) else q)
-            total = s_j + groups * o_j
+        for c, u, m in ch:
+            w = pricer.work(m, c, u)
+            s_j = float(np.add.reduceat(w, [0])[0])
+            q = s_j / t  # (max(1.0, nan) is 1.0)
+            total = s_j + max(1.0, float(math.ceil(q)) if math.isfinite(q) else q) * float(pricer.overhead(c, u)[0])
             if c not in best or total < best[c][0] * (1 - 1e-12):
-                best[c] = (total, u, j)
-        start = starts.tolist()
+                best[c] = (total, u, w)
+        u_seq = u_seq.copy()
         shares = np.empty(len(lengths))
         left = np.ones(len(lengths), dtype=bool)
-        for c, (_, u, j) in best.items():
-            m = members[c]
-            u_seq[m] = u
-            keys.add(c * OPTION_KEY + u)
-            shares[m] = w[start[j]:start[j] + counts[j]]  # (the chosen engine's work, priced above)
-            left[m] = False
-        rest_pos = np.flatnonzero(left)
-        if rest_pos.size:  # heavy sequences (and any degree without engines): their own engine's work
-            shares[rest_pos] = pricer.work(rest_pos, sizes[rest_pos], u_seq[rest_pos])
-    else:
-        shares = pricer.work(np.arange(len(lengths)), sizes, u_seq)
-    rest = np.flatnonzero(heavy) if len(keys) == len(members) else None  # (None: a degree without options)
-    if rest is None:
-        pairs = sorted_unique(sizes * OPTION_KEY + u_seq).tolist()
-    else:
-        pairs = sorted(keys.union((sizes[rest] * OPTION_KEY + u_seq[rest]).tolist()))
-    pk = np.asarray(pairs, dtype=np.int64)
-    o_p = pricer.overhead(pk // OPTION_KEY, pk % OPTION_KEY).tolist()
-    ovh = {(k // OPTION_KEY, k % OPTION_KEY): x for k, x in zip(pairs, o_p)}
-    return u_seq, shares, ovh
+        for c, (_, u, w) in best.items():
+            m = next(m for c_, u_, m in ch if c_ == c)
+            u_seq[m], shares[m], left[m] = u, w, False
+        rest = np.flatnonzero(left)  # heavy sequences: their own engine's work
+        shares[rest] = pricer.work(rest, sizes[rest], u_seq[rest])
+        pairs = sorted_unique(sizes * OPTION_KEY + u_seq)
+        o_p = pricer.overhead(pairs // OPTION_KEY, pairs % OPTION_KEY).tolist()
+        out.append((u_seq, shares, {(k // OPTION_KEY, k % OPTION_KEY): x for k, x in zip(pairs.tolist(), o_p)}))
+    return out
 
 
 def group_engines(layout: Layout, job: JobSpec, pricer: Pricer, cp_engine: str) -> np.ndarray:
     """Inner Ulysses degree of every group: the option with the smallest priced load (planning u on ties).
     The planning engine is among the options, so a group's load never rises above what placement saw."""
     out = layout.u.copy()
-    G = len(out)
-    if not G:
+    n_g = len(out)
+    if not n_g:
         return out
     su = sorted_unique(layout.size)
-    opts = [engine_option_tuple(c, cp_engine, job) for c in su.tolist()]
+    opts = [engine_options(c, cp_engine, job) for c in su.tolist()]
     width = max(len(o) for o in opts)
     if width <= 1:
         return out
-    # each group's options in engine_options' order, padded with -1 ([groups, width], one row per size)
+    # each size's options in engine_options' order, padded with -1 ([sizes, width])
     utab = np.full((len(su), width), -1, dtype=np.int64)
     for i, o in enumerate(opts):
         utab[i, :len(o)] = o
     cls = np.searchsorted(su, layout.size)
-    U = utab[cls]
+    U = utab[cls]  # [groups, width]
     gm = np.flatnonzero(U[:, 1] >= 0)  # the groups with a choice
-    # every sequence of those groups priced at each of its group's options, in one call (placement order)
+    # every sequence of those groups at each of its group's options (placement order)
     seq = layout.placed[(U[:, 1] >= 0)[layout.seq_group[layout.placed]]]
     sg = layout.seq_group[seq]
-    # (each size's options' memo rows, looked up once: -1 past a size's last option)
-    have = utab >= 0
-    have[utab[:, 1] < 0] = False
-    row_tab = np.full(utab.shape, -1, dtype=np.int64)
-    row_tab[have] = pricer.option_rows(np.broadcast_to(su[:, None], utab.shape)[have], utab[have])
-    cells = row_tab[cls[sg]]
+    cells = U[sg]
     valid = (cells >= 0).reshape(-1)
-    work = pricer.work_at_rows(np.repeat(seq, width)[valid], cells.reshape(-1)[valid])
+    work = pricer.work(np.repeat(seq, width)[valid], np.repeat(layout.size[sg], width)[valid],
+                       cells.reshape(-1)[valid])
     cell_of = (sg[:, None] * width + np.arange(width)).reshape(-1)[valid]
     # a group's load at each option: its sequences' work summed in placement order, plus the option's overhead
     # (+inf past the group's last option)
     o_tab = np.full(utab.shape, np.inf)
+    have = utab >= 0
     o_tab[have] = pricer.overhead(np.broadcast_to(su[:, None], utab.shape)[have], utab[have])
-    load = np.bincount(cell_of, weights=work, minlength=G * width).reshape(G, width)[gm] + o_tab[cls[gm]]
+    load = np.bincount(cell_of, weights=work, minlength=n_g * width).reshape(n_g, width)[gm] + o_tab[cls[gm]]
     # per group the least load; the planning engine where it is within 1e-12 of it (ties), else the first
     # option (in engine_options' order) that attains the least
     Um = U[gm]

@@ -26,7 +26,8 @@ from typing import NamedTuple
 import numpy as np
 
 from dcpsim.policies.hydra.order import best_makespans, ramped
-from dcpsim.policies.hydra.target import TargetModel, cell_degrees, pack_heavy, solve_tau
+from dcpsim.policies.hydra.degrees import cell_degrees
+from dcpsim.policies.hydra.target import TargetModel, pack_heavy, solve_tau
 from dcpsim.policies.hydra.work import WorkGrid
 
 TOKEN_SLACK = 0.92  # η: plan for at most this fraction of the pool's token capacity
@@ -81,10 +82,16 @@ class TargetSearch:
         G = len(tm.heavy_thr)
         self._heavy: dict[int, _HeavySet] = {0: _HeavySet(np.zeros(0), 0.0, 0.0, 0, 0.0, 0.0, np.zeros(G, bool))}
 
-    def _heavy_set(self, tau: float) -> int:
-        """The heavy set at τ (the cells whose smallest load alone exceeds τ), packed and kept; its key."""
-        cells = self.tm.heavy_thr > tau
-        j = int(cells.sum())
+    def _heavy_sets(self, tau: np.ndarray) -> np.ndarray:
+        """The heavy set at each τ (the cells whose smallest load alone exceeds τ), packed and kept: its key."""
+        above = self.tm.heavy_thr[None, :] > tau[:, None]
+        keys = above.sum(axis=1)
+        for j, i in zip(*np.unique(keys, return_index=True)):
+            self._pack(int(j), above[i])
+        return keys
+
+    def _pack(self, j: int, cells: np.ndarray) -> None:
+        """Pack the heavy set of j cells ``cells`` [G] (once)."""
         if j not in self._heavy:
             g, tm, W = self.grid, self.tm, self.W
             K = len(g.degrees)
@@ -101,7 +108,6 @@ class TargetSearch:
             excl = float(rw.sum()) + (float(W * hsum) - float((sizes * share).sum()))
             self._heavy[j] = _HeavySet(heights, float(self.lengths[seq].sum()), excl,
                                        int(W * len(heights) - sizes.sum()), hsum, float(heights.max()), cells)
-        return j
 
     def _structures(self, tau: np.ndarray, heavy: np.ndarray) -> np.ndarray:
         """Ranks the light groups need at each τ: per degree, the groups that the sequences of that degree
@@ -131,7 +137,7 @@ class TargetSearch:
         excl = np.zeros(n)
         live = np.ones(n, dtype=bool)
         for _ in range(4):  # until the heavy sets are stable
-            now = np.array([self._heavy_set(t) for t in tau.tolist()], dtype=np.int64)
+            now = self._heavy_sets(tau)
             live &= (now != 0) & (now != hj)
             if not live.any():
                 break

@@ -40,11 +40,6 @@ from dcpsim.policies.hydra.work import WorkGrid
 
 
 
-def alone_load(grid: WorkGrid) -> np.ndarray:
-    """[G, K] load of a group holding only that sequence (work + overhead); inf where memory forbids."""
-    return np.where(grid.fits, grid.work + grid.overhead, np.inf)
-
-
 @dataclass(frozen=True)
 class TargetModel:
     """F(τ) of a batch as a step function, built once from the work grid (module docstring)."""
@@ -63,7 +58,7 @@ def build_target_model(grid: WorkGrid) -> TargetModel:
     record, and F jumps by the difference of their rank-work."""
     G, K = grid.work.shape
     R = np.bincount(grid.cell, weights=grid.scale, minlength=G)
-    wm = alone_load(grid)
+    wm = grid.alone()
     before = np.empty_like(wm)  # each degree's predecessor's load alone (inf before the first)
     before[:, 0] = np.inf
     before[:, 1:] = wm[:, :-1]
@@ -117,17 +112,6 @@ def solve_tau(tm: TargetModel, pool: float, m_light, excluded=None, rule: str = 
         tau = np.maximum(tau_e[np.arange(len(m)), e], lower[e])
     tau = np.maximum(tau, max(tm.slot_overhead, 1e-12))
     return float(tau[0]) if scalar else tau
-
-
-def cell_degrees(grid: WorkGrid, tm: TargetModel, tau):
-    """The degree rule on the grid: each cell's degree index at target τ (the smallest allowed degree whose
-    load alone, work + overhead, meets τ and whose tokens fit the budget; none: heavy, the degree of the
-    smallest load alone) and whether the cell is heavy. For one τ: ([G], [G]); for an array of τ: ([n, G],
-    [n, G])."""
-    ok = alone_load(grid)[None, :, :] <= np.atleast_1d(tau)[:, None, None]
-    heavy = ~ok.any(axis=2)
-    k = np.where(heavy, tm.heavy_k[None, :], np.argmax(ok, axis=2))
-    return (k[0], heavy[0]) if np.ndim(tau) == 0 else (k, heavy)
 
 
 def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,9 +12,10 @@ from dcpsim.policies.hydra import HyDra, rank_loads
 from dcpsim.policies.hydra.order import best_order, candidate_orders, makespan, makespans
 from dcpsim.policies.hydra.bins import Packer
 from dcpsim.policies.hydra.placement import place
-from dcpsim.policies.hydra.target import build_target_model, cell_degrees, pack_heavy, solve_tau
+from dcpsim.policies.hydra.degrees import cell_degrees
+from dcpsim.policies.hydra.target import build_target_model, pack_heavy, solve_tau
 from dcpsim.policies.hydra.work import build_grid
-from dcpsim.policies.hydra.options import allowed_degrees, engine_options
+from dcpsim.policies.hydra.degrees import allowed_degrees, engine_options
 from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
 from dcpsim.policies.registry import available_policies, policy_options
 from dcpsim.traces.batching import GlobalBatch

@@ -7,8 +7,10 @@ import numpy as np
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies.hydra.work import build_grid
-from dcpsim.policies.hydra.options import allowed_degrees
-from dcpsim.policies.hydra.pricing import MIN_WORK_S, OPTION_KEY, Pricer
+from dcpsim.policies.hydra.degrees import allowed_degrees
+from dcpsim.policies.hydra.degrees import OPTION_KEY
+from dcpsim.policies.hydra.pricing import MIN_WORK_S
+from dcpsim.policies.hydra.work import Pricer
 from dcpsim.traces import get_preset
 
 

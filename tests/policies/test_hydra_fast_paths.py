@@ -16,8 +16,8 @@ from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, g
 from dcpsim.policies.hydra import columns as hydra_columns, microbatches as hydra_msearch, order as hydra_order, target as hydra_target
 from dcpsim.policies.hydra.target import build_target_model, pack_heavy
 from dcpsim.policies.hydra.work import build_grid
-from dcpsim.policies.hydra.options import allowed_degrees
-from dcpsim.policies.hydra.pricing import Pricer
+from dcpsim.policies.hydra.degrees import allowed_degrees
+from dcpsim.policies.hydra.work import Pricer
 from dcpsim.traces import get_preset
 
 from . import _hydra_first_version as first

@@ -6,7 +6,7 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, GroupBatch, JobSpec, get_gpu, get_model
 from dcpsim.policies.hydra.target import build_target_model
 from dcpsim.policies.hydra.work import build_grid
-from dcpsim.policies.hydra.options import allowed_degrees
+from dcpsim.policies.hydra.degrees import allowed_degrees
 from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
 
 
