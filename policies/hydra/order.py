@@ -27,18 +27,18 @@ FORWARD_FRACTION = 0.3
 
 
 @lru_cache(maxsize=256)
-def _schedule(m: int, p: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
-    """The 2·m·p operations of 1F1B and their dependencies, grouped into topological levels.
-
-    Returns per operation its phase and microbatch, then the operation indices of each level (operations of
-    one level do not depend on each other), and for each operation the index of the operation it waits for
-    on the neighbouring stage and of the previous operation on its own stage (−1: none; the caller maps −1
-    to a row of zeros). The structure depends on (m, p) only, never on durations: computed once, reused."""
+def _schedule(m: int, p: int) -> tuple[np.ndarray, ...]:
+    """The 2·m·p operations of 1F1B in topological levels (operations of one level do not depend on each
+    other; each level a contiguous range): per operation its phase (0 forward, 1 backward), microbatch, stage
+    and level, and the index of the operation it waits for on the neighbouring stage and of the previous one on
+    its own stage (n, one past the last, for none). Depends on (m, p) only, and kept: it is built by a Python
+    loop over the operations (0.34 ms at m = 20, p = 4) and the same counts recur within and across plans;
+    without the cache the 2,048 × 256 benchmark cell plans 12.5% slower (19.0 against 16.6 ms, one process).
+    tests/policies/test_hydra_fast_paths.py holds the recurrence to the first version's."""
     n2, n = 2 * m, 2 * m * p
     ph0 = np.repeat(np.array([0, 1], dtype=np.int64), m)
     mb0 = np.tile(np.arange(m, dtype=np.int64), 2)
-    # operations numbered stage by stage, each stage's in its 1F1B order: (s, phase, k) is op s·2m + position,
-    # idx[s, phase·m + k]
+    # operations numbered stage by stage, each stage's in its 1F1B order: (s, phase, k) is idx[s, phase·m + k]
     idx = (np.stack([one_f_one_b_position(s, p, m, ph0, mb0) for s in range(p)])
            + (np.arange(p, dtype=np.int64) * n2)[:, None])
     phase = np.empty(n, dtype=np.int64)
@@ -74,184 +74,73 @@ def _schedule(m: int, p: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray],
             ptr[s] = i
     lv = np.asarray(level)
     order = np.argsort(lv, kind="stable")
-    bounds = np.searchsorted(lv[order], np.arange(lv.max() + 2))
-    levels = [order[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
-    return phase, mb, levels, dep_a, prev_a
-
-
-@lru_cache(maxsize=256)
-def _levels(m: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_schedule` with the operations renumbered level by level (each level a contiguous range):
-    per operation its phase, microbatch and level, and the renumbered dependency and previous operation
-    (n, one past the last operation, for none: the caller's row of zeros)."""
-    phase, mb, levels, dep, prev = _schedule(m, p)
-    order = np.concatenate(levels)
-    n = len(order)
     new = np.empty(n + 1, dtype=np.int64)
     new[order] = np.arange(n)
     new[n] = n  # index −1 reads new[-1] = n
-    level = np.repeat(np.arange(len(levels)), [len(x) for x in levels])
-    return phase[order], mb[order], level, new[dep[order]], new[prev[order]]
+    return phase[order], mb[order], stage[order], lv[order], new[dep_a[order]], new[prev_a[order]]
 
 
-@lru_cache(maxsize=64)
-def _merged(ms: tuple[int, ...], p: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], list]:
+def _merged(ms: tuple[int, ...], p: int) -> tuple:
     """The schedules of several columns (m = ``ms``) as one: operations ordered by level (column by column
-    within a level), each column's microbatches offset to its own rows. Returns per operation its phase and
-    row, the operations grouped by column (order, starts), and per level (its slice of operations, and the
+    within a level), each column's microbatches offset to its own rows. Returns per operation its phase, row
+    and stage, the operations grouped by column (order, starts), and per level (its slice of operations, the
     [2, ops] indices of their dependencies and previous operations)."""
-    parts = [_levels(m, p) for m in ms]
+    parts = [_schedule(m, p) for m in ms]
     sizes = [len(x[0]) for x in parts]
     base = np.cumsum([0] + sizes)
     rows = np.cumsum([0] + list(ms))
     n = int(base[-1])
-    level = np.concatenate([x[2] for x in parts])
+    level = np.concatenate([x[3] for x in parts])
     order = np.argsort(level, kind="stable")
     new = np.empty(n + 1, dtype=np.int64)
     new[order] = np.arange(n)
     new[n] = n
-    dep = np.concatenate([np.where(x[3] == s, n, x[3] + b) for x, s, b in zip(parts, sizes, base)])
-    prev = np.concatenate([np.where(x[4] == s, n, x[4] + b) for x, s, b in zip(parts, sizes, base)])
+    dep = np.concatenate([np.where(x[4] == s, n, x[4] + b) for x, s, b in zip(parts, sizes, base)])
+    prev = np.concatenate([np.where(x[5] == s, n, x[5] + b) for x, s, b in zip(parts, sizes, base)])
     phase = np.concatenate([x[0] for x in parts])[order]
     row = np.concatenate([x[1] + r for x, r in zip(parts, rows)])[order]
+    stage = np.concatenate([x[2] for x in parts])[order]
     col = np.repeat(np.arange(len(ms)), sizes)[order]
     dep, prev, lv = new[dep[order]], new[prev[order]], level[order]
-    edges = np.searchsorted(lv, np.arange(int(lv[-1]) + 2))
-    # per level one index array: its operations' dependencies, then their previous operations
-    lo, k = edges[lv], np.diff(edges)[lv]
-    both = np.empty(2 * n, dtype=np.int64)
-    both[lo + np.arange(n)] = dep
-    both[lo + k + np.arange(n)] = prev
-    bounds = edges.tolist()
-    steps = [(slice(a, b), both[2 * a:2 * b].reshape(2, b - a)) for a, b in zip(bounds[:-1], bounds[1:])]
+    edges = np.searchsorted(lv, np.arange(int(lv[-1]) + 2)).tolist()
+    steps = [(slice(a, b), np.stack([dep[a:b], prev[a:b]])) for a, b in zip(edges[:-1], edges[1:])]
     grouped = np.argsort(col, kind="stable")  # the operations column by column, and where each column starts
-    return phase, row, (grouped, np.searchsorted(col[grouped], np.arange(len(ms)))), steps
-
-
-@lru_cache(maxsize=256)
-def _chain(m: int, p: int) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray, int]:
-    """:func:`_levels` for the scalar sweep: per operation (in level order) its dependency and previous
-    operation as 1-based positions (0: none, the leading zero), and its forward/backward fraction index
-    (phase), microbatch and stage; and the number of levels."""
-    phase, mb, level, dep, prev = _levels(m, p)
-    n = len(phase)
-    _, _, levels, _, _ = _schedule(m, p)
-    stage = np.concatenate(levels) // (2 * m)  # _levels' order: original index → stage
-    pairs = list(zip(((dep + 1) % (n + 1)).tolist(), ((prev + 1) % (n + 1)).tolist()))
-    return pairs, phase, mb, stage, int(level[-1]) + 1
-
-
-@lru_cache(maxsize=256)
-def _fractions(ms: int | tuple[int, ...], p: int, phi: float, merged: bool) -> np.ndarray:
-    """φ or 1 − φ of every operation: of :func:`_chain` (one column, m = ``ms``), or ``merged`` of
-    :func:`_merged` (columns ``ms``) as a column [ops, 1]; read-only, shared between calls."""
-    if merged:
-        out = np.where(_merged(ms, p)[0] == 0, phi, 1.0 - phi)[:, None]
-    else:
-        out = np.array([phi, 1.0 - phi])[_chain(ms, p)[1]]
-    out.setflags(write=False)
-    return out
-
-
-SCALAR_WORK = 24  # the scalar sweep when rows × operations ≤ this × levels (numpy costs ~this many per level)
-
-
-def _makespans_scalar(Hs: list[np.ndarray], keep: list[int], p: int, phi: float,
-                      stage_scale: np.ndarray | None, out: list[np.ndarray]) -> list[np.ndarray]:
-    """:func:`makespans_many` one operation at a time in Python floats (few rows: no per-level numpy
-    calls); the same recurrence, durations and maximum, hence the same values bit for bit."""
-    for i in keep:
-        H = Hs[i]
-        pairs, phase, mb, stage, _ = _chain(H.shape[1], p)
-        dur = _fractions(H.shape[1], p, phi, False) * H[:, mb]  # [C, ops]
-        if stage_scale is not None:
-            dur *= np.asarray(stage_scale, dtype=np.float64)[stage]
-        best = []
-        for d in dur.tolist():
-            end = [0.0]
-            put = end.append
-            for (a, b), x in zip(pairs, d):
-                u, v = end[a], end[b]
-                put((u if u >= v else v) + x)
-            best.append(max(end))
-        out[i] = np.array(best, dtype=np.float64)
-    return out
+    return phase, row, stage, (grouped, np.searchsorted(col[grouped], np.arange(len(ms)))), steps
 
 
 def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACTION,
                    stage_scale: np.ndarray | None = None) -> list[np.ndarray]:
     """:func:`makespans` of several [C_i, m_i] height matrices (columns of different microbatch counts) in
     one level sweep: the sweeps of the columns run side by side, each level one vector step for all of
-    them (rows beyond a matrix's C_i are padded with zeros and dropped). The same values as one call each.
-    Few rows (rows × operations ≤ ``SCALAR_WORK`` × levels) run the recurrence in Python floats instead."""
+    them (rows beyond a matrix's C_i are padded with zeros and dropped). The same values as one call each."""
     Hs = [np.atleast_2d(np.asarray(h, dtype=np.float64)) for h in heights]
     keep = [i for i, h in enumerate(Hs) if h.shape[1] > 0]
     out = [np.zeros(h.shape[0]) for h in Hs]
     if not keep:
         return out
-    work = sum(Hs[i].shape[0] * 2 * Hs[i].shape[1] * p for i in keep)
-    if work <= SCALAR_WORK * max(_chain(Hs[i].shape[1], p)[4] for i in keep):
-        return _makespans_scalar(Hs, keep, p, phi, stage_scale, out)
     ms = tuple(Hs[i].shape[1] for i in keep)
     C = max(Hs[i].shape[0] for i in keep)
-    phase, row, col, steps = _merged(ms, p)
+    phase, row, stage, (grouped, starts), steps = _merged(ms, p)
     stacked = np.zeros((sum(ms), C))
     r = 0
     for i in keep:
         h = Hs[i]
         stacked[r:r + h.shape[1], :h.shape[0]] = h.T
         r += h.shape[1]
-    dur = np.take(stacked, row, axis=0)  # [ops, C]: the heights, then × φ or 1 − φ in place (one array)
-    dur *= _fractions(ms, p, phi, True)
-    scale = None if stage_scale is None else np.asarray(stage_scale, dtype=np.float64)
-    if scale is not None:  # each stage at its share of the heights (the heaviest stage's time)
-        dur *= scale[_merged_stage(ms, p)][:, None]
-    n = len(phase)
-    end = np.zeros((n + 1, C))  # the last row stays 0: the target of "none"
-    high = np.maximum
-    take = end.take  # (a take along the rows: ≈ 1.5× faster than the fancy index end[both] at these sizes)
-    for at, both in steps:  # per level: its operations, the ends they wait for ([2, ops]: dependency, previous)
-        g = take(both, axis=0)
+    dur = np.take(stacked, row, axis=0)  # [ops, C]: the heights, then × φ or 1 − φ
+    dur *= np.where(phase == 0, phi, 1.0 - phi)[:, None]
+    if stage_scale is not None:  # each stage at its share of the heights (the heaviest stage's time)
+        dur *= np.asarray(stage_scale, dtype=np.float64)[stage][:, None]
+    end = np.zeros((len(phase) + 1, C))  # the last row stays 0: the target of "none"
+    for at, both in steps:  # per level: end = max(end[dependency], end[previous]) + duration
+        g = end.take(both, axis=0)
         seg = end[at]
-        high(g[0], g[1], out=seg)
+        np.maximum(g[0], g[1], out=seg)
         seg += dur[at]
-    if 0.0 <= phi <= 1.0 and stacked.min() >= 0.0 and (scale is None or scale.min() >= 0.0):
-        # no negative duration: a stage's ends only grow along its operations, so each column's largest end
-        # is the largest of its stages' last ones
-        best = np.maximum(end[_stage_ends(ms, p)].reshape(len(ms), p, C).max(axis=1), 0.0)
-    elif len(keep) == 1:
-        best = end.max(axis=0)[None, :]
-    else:
-        grouped, starts = col
-        best = np.maximum(np.maximum.reduceat(end[grouped], starts, axis=0), 0.0)
+    best = np.maximum(np.maximum.reduceat(end[grouped], starts, axis=0), 0.0)
     for j, i in enumerate(keep):
         out[i] = best[j, :Hs[i].shape[0]].copy()
     return out
-
-
-@lru_cache(maxsize=64)
-def _stage_ends(ms: tuple[int, ...], p: int) -> np.ndarray:
-    """[len(ms) · p]: the last operation of every (column, stage) of :func:`_merged`, column-major. A stage's
-    operations are a chain, each a level above the one before, so its last is its highest index there."""
-    _, _, (grouped, starts), _ = _merged(ms, p)
-    column = np.empty(len(grouped), dtype=np.int64)
-    column[grouped] = np.repeat(np.arange(len(ms)), np.diff(np.r_[starts, len(grouped)]))
-    last = np.full(len(ms) * p, -1, dtype=np.int64)
-    np.maximum.at(last, column * p + _merged_stage(ms, p), np.arange(len(grouped)))
-    last.setflags(write=False)
-    return last
-
-
-@lru_cache(maxsize=64)
-def _merged_stage(ms: tuple[int, ...], p: int) -> np.ndarray:
-    """The pipeline stage of every operation of :func:`_merged` (same order): :func:`_schedule` lists the 2·m
-    operations of each stage in turn, :func:`_levels` and :func:`_merged` only renumber them."""
-    stages = []
-    for m in ms:
-        _, _, levels, _, _ = _schedule(m, p)
-        stages.append(np.concatenate(levels) // (2 * m))  # _levels' order: original index → stage
-    lv = np.concatenate([_levels(m, p)[2] for m in ms])
-    return np.concatenate(stages)[np.argsort(lv, kind="stable")]
 
 
 def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
@@ -270,28 +159,23 @@ def makespan(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
     return float(makespans(np.asarray(heights)[None, :], p, phi, stage_scale)[0])
 
 
-@lru_cache(maxsize=256)
 def _order_grid(n: int, nh: int, p: int) -> tuple[np.ndarray, np.ndarray]:
     """The [rows, n + nh] index grid of :func:`_all_orders` into (light ones, the block tallest first, the
-    block tallest last), and the block's position among the n light microbatches of each row: the
-    structure depends on the counts only (read-only: shared between calls)."""
+    block tallest last), and the block's position among the n light microbatches of each row."""
     positions = np.asarray(sorted(set(range(min(n, p) + 1)) | set(range(max(0, n - p), n + 1))
                                   | set(range(0, n + 1, -(-n // 16)))), dtype=np.int64)
     j = np.repeat(positions, 2)[:, None]  # two rows per position: tallest first, then last
     t = np.arange(n + nh)[None, :]
     first = n + nh * np.tile([0, 1], len(positions))[:, None]  # where the row's block starts in src
     idx = np.where(t < j, t, np.where(t < j + nh, first + (t - j), t - nh))
-    j = j[:, 0]
-    idx.setflags(write=False)
-    j.setflags(write=False)
-    return idx, j
+    return idx, j[:, 0]
 
 
 def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Every order :func:`candidate_orders` may return (``ends`` = 0), the block's position among the light
     microbatches of each row, and the number n of light ones. Row r puts the light microbatches before
-    position j_r, then the heavy block, then the rest: one gather from a [rows, m] index grid (cached by
-    counts; the block's two orders are stable sorts of its heights, in Python: a few microbatches)."""
+    position j_r, then the heavy block, then the rest: one gather from a [rows, m] index grid (the block's two
+    orders are stable sorts of its heights)."""
     h = heights.tolist()
     hv = [i for i, x in enumerate(heavy.tolist()) if x]
     lt = [i for i, x in enumerate(heavy.tolist()) if not x]
@@ -337,21 +221,6 @@ def best_makespans(problems: list[tuple[np.ndarray, np.ndarray, int]], p: int) -
 RAMP_FLOORS = (0.25, 0.5)  # the shortest ramp microbatch as a fraction of τ (candidates)
 
 
-@lru_cache(maxsize=256)
-def _ramp_factors(r: int, a: float) -> tuple[float, ...]:
-    """a + (1 − a)·k / r for k < r, as numpy evaluates ``a + (1.0 - a) * np.arange(r) / r``."""
-    return tuple(a + (1.0 - a) * k / r for k in range(r))
-
-
-def _ramped_list(m_light: int, tau: float, r: int, a: float) -> list[float]:
-    """:func:`ramped`'s heights for r ≥ 1 as a list of floats (the same operations in the same order)."""
-    ramp = [tau * f for f in _ramp_factors(r, a)]
-    gaps = [tau - x for x in ramp]
-    total = sum(gaps) if r < 8 else float(np.asarray(gaps).sum())  # numpy sums < 8 terms left to right
-    mid = m_light - 2 * r
-    return ramp + [tau + 2.0 * total / mid] * mid + ramp[::-1]
-
-
 def ramped(m_light: int, tau: float, p: int, r: int | None = None, a: float = RAMP_FLOORS[0]
            ) -> tuple[np.ndarray, int]:
     """``m_light`` heights that ramp linearly from a·τ towards τ over r microbatches at each end (r = min(p, ⌊m/3⌋)
@@ -359,10 +228,11 @@ def ramped(m_light: int, tau: float, p: int, r: int | None = None, a: float = RA
     r = min(p, m_light // 3) if r is None else r
     if r < 1 or p == 1:
         return np.full(m_light, float(tau)), 0
-    return np.array(_ramped_list(m_light, float(tau), r, a), dtype=np.float64), r
+    ramp = tau * (a + (1.0 - a) * np.arange(r) / r)
+    mid = m_light - 2 * r
+    return np.r_[ramp, np.full(mid, tau + 2.0 * float((tau - ramp).sum()) / mid), ramp[::-1]], r
 
 
-@lru_cache(maxsize=256)
 def _profile_rows(m_light: int, nh: int, p: int) -> tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]:
     """For :func:`height_profile`: each profile's ramp length r (flat first, then r = 1.. with each floor),
     and the rows of :func:`_all_orders` each profile keeps (never a block inside its ramps), concatenated,
@@ -377,10 +247,7 @@ def _profile_rows(m_light: int, nh: int, p: int) -> tuple[tuple[int, ...], np.nd
         rows.append(sel)
         owner.append(np.full(sel.size, i))
     sel, who = np.concatenate(rows), np.concatenate(owner)
-    starts = np.searchsorted(who, np.arange(len(ramps)))
-    for x in (sel, who, starts):
-        x.setflags(write=False)
-    return ramps, sel, who, starts
+    return ramps, sel, who, np.searchsorted(who, np.arange(len(ramps)))
 
 
 def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) -> np.ndarray:
@@ -393,8 +260,7 @@ def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) 
     is scored with the heavy microbatches at their best position (:func:`best_order`), and the flat profile
     (every height τ) stays a candidate, so the choice is never worse than flat by the recurrence. Every
     profile × heavy position is one row of a single :func:`makespans` call (the candidate orders differ
-    between profiles only in the positions their ramps rule out; which rows each profile keeps depends on
-    the counts only, cached)."""
+    between profiles only in the positions their ramps rule out)."""
     return height_profiles([(m_light, tau, heavy_heights)], p)[0]
 
 
@@ -413,7 +279,7 @@ def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> li
         tau = float(tau)
         profiles = [[tau] * m_light]
         for r in range(1, min(p, m_light // 3) + 1):
-            profiles.extend(_ramped_list(m_light, tau, r, a) for a in RAMP_FLOORS)
+            profiles.extend(ramped(m_light, tau, p, r, a)[0].tolist() for a in RAMP_FLOORS)
         if not hv.size:  # one order (the light ones in turn), one row per profile
             mats.append(np.array(profiles, dtype=np.float64))
             todo.append((q, profiles, None))
