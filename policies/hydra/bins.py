@@ -50,9 +50,6 @@ class Packer:
         self.cursor: list[int] = []
         # per class (size, u) its bins as sorted (load − capacity, bin): most room first
         self.classes: dict[tuple[int, int], list[tuple[float, int]]] = {}
-        # per class a lower bound on its bins' tokens per rank (their least when made; a join only adds): a
-        # sequence with more tokens than the budget leaves it fits no bin of the class (no search)
-        self.least_tokens: dict[tuple[int, int], float] = {}
         self.free: list[tuple[int, float, int]] = []  # sorted (−free ranks, −cap, mb): most free ranks first
         self.short = 0  # microbatches below τ (a height profile's ramps)
 
@@ -92,12 +89,7 @@ class Packer:
         self.cursor[k] = c0 + size
         bins = self.bins
         bins.append(b)
-        entries = self.classes.get((size, u))
-        if entries is None:
-            entries = self.classes[size, u] = []
-            self.least_tokens[size, u] = b.tokens
-        elif b.tokens < self.least_tokens[size, u]:
-            self.least_tokens[size, u] = b.tokens
+        entries = self.classes.setdefault((size, u), [])
         insort(entries, (b.load - cap, len(bins) - 1))
         return b
 
@@ -153,8 +145,6 @@ class Packer:
         if b.load + work > (b.cap / (1.0 + self.tol) if strict else b.cap):
             return None  # the roomiest bin of the class cannot take it: none can (the common case, first)
         lim = self.M * (1 + 1e-12)
-        if tokens + self.least_tokens[cls] > lim:
-            return None  # no bin of the class has the tokens left
         div = 1.0 + self.tol
         for _key, gid in entries[:PROBES]:
             b = bins[gid]
@@ -167,21 +157,11 @@ class Packer:
 
     def all_free_blocks(self, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Microbatch, first rank and capacity of every microbatch's free blocks of ``size`` ranks, microbatch by
-        microbatch: :meth:`free_blocks` of each, concatenated (one pass over the microbatches' cursors)."""
-        if self.slow is not None:  # (capacities by the blocks' slowest ranks: per microbatch)
-            parts = [(k, *self.free_blocks(k, size)) for k in range(len(self.caps))]
-            return (np.repeat(np.arange(len(parts), dtype=np.int64), [len(f) for _, f, _ in parts]),
-                    np.concatenate([f for _, f, _ in parts]) if parts else np.zeros(0, dtype=np.int64),
-                    np.concatenate([c for _, _, c in parts]) if parts else np.zeros(0))
-        c0 = np.asarray(self.cursor, dtype=np.int64)
-        ok = self.W - c0 >= size
-        if self.aligned:
-            ok &= c0 % size == 0
-        count = np.where(ok, (self.W - size - c0) // size + 1, 0)
-        mb = np.repeat(np.arange(len(c0), dtype=np.int64), count)
-        start = np.cumsum(count) - count  # each microbatch's first block in the result
-        first = c0[mb] + size * (np.arange(len(mb), dtype=np.int64) - start[mb])
-        return mb, first, np.asarray(self.caps, dtype=np.float64)[mb]
+        microbatch (:meth:`free_blocks` of each, concatenated)."""
+        parts = [(k, *self.free_blocks(k, size)) for k in range(len(self.caps))]
+        return (np.repeat(np.arange(len(parts), dtype=np.int64), [len(f) for _, f, _ in parts]),
+                np.concatenate([f for _, f, _ in parts] + [np.zeros(0, dtype=np.int64)]),
+                np.concatenate([c for _, _, c in parts] + [np.zeros(0)]))
 
     def free_blocks(self, k: int, size: int) -> tuple[np.ndarray, np.ndarray]:
         """First ranks and capacities of microbatch k's free blocks of ``size`` ranks (aligned when carving is)."""

@@ -176,13 +176,20 @@ def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec,
     for ch, (sizes, u_seq, heavy, tau) in zip(choices, items):
         best: dict[int, tuple[float, int, np.ndarray]] = {}
         t = max(tau, 1e-12)
-        for c, u, m in ch:
-            w = pricer.work(m, c, u)
-            s_j = float(np.add.reduceat(w, [0])[0])
+        # every option's work in one read, summed option by option (np.add.reduceat: in order)
+        n_of = [len(m) for _, _, m in ch]
+        w_all = pricer.work(np.concatenate([m for _, _, m in ch] + [np.zeros(0, dtype=np.int64)]),
+                            np.repeat([c for c, _, _ in ch], n_of).astype(np.int64),
+                            np.repeat([u for _, u, _ in ch], n_of).astype(np.int64))
+        starts = (np.cumsum(n_of) - n_of).astype(np.int64)
+        sums = np.add.reduceat(w_all, starts).tolist() if ch else []
+        ovh = pricer.overhead(np.array([c for c, _, _ in ch], dtype=np.int64),
+                              np.array([u for _, u, _ in ch], dtype=np.int64)).tolist()
+        for (c, u, m), s_j, o_j, a in zip(ch, sums, ovh, starts.tolist()):
             q = s_j / t  # (max(1.0, nan) is 1.0)
-            total = s_j + max(1.0, float(math.ceil(q)) if math.isfinite(q) else q) * float(pricer.overhead(c, u)[0])
+            total = s_j + max(1.0, float(math.ceil(q)) if math.isfinite(q) else q) * o_j
             if c not in best or total < best[c][0] * (1 - 1e-12):
-                best[c] = (total, u, w)
+                best[c] = (total, u, w_all[a:a + len(m)])
         u_seq = u_seq.copy()
         shares = np.empty(len(lengths))
         left = np.ones(len(lengths), dtype=bool)

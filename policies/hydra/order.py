@@ -102,8 +102,15 @@ def _merged(ms: tuple[int, ...], p: int) -> tuple:
     stage = np.concatenate([x[2] for x in parts])[order]
     col = np.repeat(np.arange(len(ms)), sizes)[order]
     dep, prev, lv = new[dep[order]], new[prev[order]], level[order]
-    edges = np.searchsorted(lv, np.arange(int(lv[-1]) + 2)).tolist()
-    steps = [(slice(a, b), np.stack([dep[a:b], prev[a:b]])) for a, b in zip(edges[:-1], edges[1:])]
+    edges = np.searchsorted(lv, np.arange(int(lv[-1]) + 2))
+    # per level one [2, ops] index array (its operations' dependencies, then their previous operations): all
+    # of them in one array, each level a view
+    lo, k = edges[lv], np.diff(edges)[lv]
+    both = np.empty(2 * n, dtype=np.int64)
+    both[lo + np.arange(n)] = dep
+    both[lo + k + np.arange(n)] = prev
+    bounds = edges.tolist()
+    steps = [(slice(a, b), both[2 * a:2 * b].reshape(2, b - a)) for a, b in zip(bounds[:-1], bounds[1:])]
     grouped = np.argsort(col, kind="stable")  # the operations column by column, and where each column starts
     return phase, row, stage, (grouped, np.searchsorted(col[grouped], np.arange(len(ms)))), steps
 

@@ -30,7 +30,6 @@ the per-microbatch capacities ``microbatch_caps_s``, the budget ``max_tokens_per
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
 import numpy as np
@@ -73,24 +72,6 @@ class _Draft(NamedTuple):
     order: list[int]  # the run order: indices into keys
     choice: TargetChoice
     n_heavy: int
-
-
-# A plan's rank blocks and engines, shared by every plan of the process: both are immutable and depend on two
-# integers only (the blocks of one pool recur in every iteration's plan; bounded: W · log W aligned blocks, at
-# most 2^16 kept)
-_engine = lru_cache(maxsize=1 << 12)(engine_from_ulysses)
-
-
-@lru_cache(maxsize=1 << 16)
-def _block(first: int, size: int) -> tuple[int, ...]:
-    """The ranks first, …, first + size − 1."""
-    return tuple(range(first, first + size))
-
-
-def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
-    """``np.argsort(keys, kind="stable")`` for integer keys in [0, bound): a radix sort on 16-bit keys when they
-    fit (the same permutation: a stable sort's is unique)."""
-    return np.argsort(keys.astype(np.int16) if bound <= 1 << 15 else keys, kind="stable")
 
 
 def _heights(keys: list[int], n_mbs: int, mb: np.ndarray, load: np.ndarray) -> np.ndarray:
@@ -333,18 +314,18 @@ class HyDra:
         # each group's first rank after the mirroring: the least of its block's new positions, one reduceat
         firsts = np.minimum.reduceat(pos.reshape(-1)[idx], offsets) if len(size) else np.zeros(0, dtype=np.int64)
         # the groups' sequence ids in placement order, and the groups by microbatch, then first rank
-        by_group = layout.placed[_stable_order(layout.seq_group[layout.placed], len(size))]
+        by_group = layout.placed[np.argsort(layout.seq_group[layout.placed], kind="stable")]
         count = np.bincount(layout.seq_group, minlength=len(size))
         ends_at = np.cumsum(count)
         id_tup = tuple(ids[by_group].tolist())  # (a slice of a tuple is the group's tuple)
-        go = _stable_order(rows * W + firsts, len(keys) * W)  # (microbatch, first rank): distinct
+        go = np.argsort(rows * W + firsts, kind="stable")  # (microbatch, first rank): distinct
         # each distinct engine and rank block once (blocks repeat across microbatches), then the groups in
         # (microbatch, first rank) order, cut into microbatches
         c_go = size[go]
         e_key, e_of = np.unique(c_go * (W + 1) + engines[go], return_inverse=True)
-        engine_list = [_engine(k // (W + 1), k % (W + 1)) for k in e_key.tolist()]
+        engine_list = [engine_from_ulysses(k // (W + 1), k % (W + 1)) for k in e_key.tolist()]
         b_key, b_of = np.unique(firsts[go] * (W + 1) + c_go, return_inverse=True)
-        block_list = [_block(k // (W + 1), k % (W + 1)) for k in b_key.tolist()]
+        block_list = [tuple(range(k // (W + 1), k // (W + 1) + k % (W + 1))) for k in b_key.tolist()]
         ends_go = ends_at[go]
         seqs = [id_tup[a:b] for a, b in zip((ends_go - count[go]).tolist(), ends_go.tolist())]
         groups = CPGroup.many(list(map(block_list.__getitem__, b_of.tolist())), seqs,

@@ -126,7 +126,7 @@ def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.nda
     free = np.zeros(0, dtype=np.int64)
     height = np.zeros(0)
     order = np.lexsort((-shares, -sizes))
-    for c in np.unique(sizes)[::-1].tolist():
+    for c in sorted(set(sizes.tolist()), reverse=True):
         items = order[sizes[order] == c]
         slots = free // c
         have = int(slots.sum())
