@@ -90,67 +90,68 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     tops = [h[0][0] if h else inf for h in heaps]
     blocked: list[tuple[float, int]] = []  # (−longest sequence it can take, bin)
 
-    def put(j: int, cand: list[int]) -> None:
-        """Sequence j into the roomiest bin that takes it among the classes ``cand`` (LPT's step)."""
-        Lj = L_l[j]
-        while blocked and -blocked[0][0] >= Lj:  # bins that can take Lj again return to their heaps
-            g = heapq.heappop(blocked)[1]
-            c = cls_l[g]
-            heapq.heappush(heaps[c], (load_l[g] - cap_l[g], g))
-            tops[c] = heaps[c][0][0]
-        skip = 0  # classes ruled out for this sequence (bit mask)
-        while True:
-            best, bc = 1.0, -1  # most room = most negative key (the first class on ties)
-            if skip == 0 and len(cand) == nc:  # every class open to it: the least top
-                low = min(tops)
-                if low < 1.0:
-                    best, bc = low, tops.index(low)
-            else:
-                for c in cand:
-                    if tops[c] < best and not skip >> c & 1:
-                        best, bc = tops[c], c
-            if bc < 0:  # fits nowhere: a new microbatch, tall enough for it on its first block even if slow
-                k = pk.new_mb((ovh_f + work_l[fc][j]) * pk.slowest(0, cf))
-                f, c_ = pk.free_blocks(k, cf)
-                for fr, cp in zip(f.tolist(), c_.tolist()):
-                    heapq.heappush(heaps[fc], (ovh_f - cp, len(cls_l)))
-                    mb_l.append(k)
-                    first_l.append(fr)
-                    cls_l.append(fc)
-                    cap_l.append(cp)
-                    load_l.append(ovh_f)
-                    tok_l.append(0.0)
-                tops[fc] = heaps[fc][0][0] if heaps[fc] else inf
-                skip = 0
-                continue
-            w = work_l[bc][j]
-            if best + w > 0.0:  # the roomiest bin of this class cannot take it: none of the class can
-                skip |= 1 << bc
-                continue
-            h = heaps[bc]
-            g = h[0][1]
-            t = Lj / csz[bc]
-            if tok_l[g] + t > lim:  # only the tokens fail: the bin waits for a shorter sequence
-                heapq.heappop(h)
+    def put(js: list[int], cands: list[list[int]]) -> None:
+        """Each sequence of ``js`` in turn into the roomiest bin that takes it among its classes ``cands``
+        (LPT's step)."""
+        for j, cand in zip(js, cands):
+            Lj = L_l[j]
+            while blocked and -blocked[0][0] >= Lj:  # bins that can take Lj again return to their heaps
+                g = heapq.heappop(blocked)[1]
+                c = cls_l[g]
+                heapq.heappush(heaps[c], (load_l[g] - cap_l[g], g))
+                tops[c] = heaps[c][0][0]
+            skip = 0  # classes ruled out for this sequence (bit mask)
+            while True:
+                best, bc = 1.0, -1  # most room = most negative key (the first class on ties)
+                if skip == 0 and len(cand) == nc:  # every class open to it: the least top
+                    low = min(tops)
+                    if low < 1.0:
+                        best, bc = low, tops.index(low)
+                else:
+                    for c in cand:
+                        if tops[c] < best and not skip >> c & 1:
+                            best, bc = tops[c], c
+                if bc < 0:  # fits nowhere: a new microbatch, tall enough for it on its first block even if slow
+                    k = pk.new_mb((ovh_f + work_l[fc][j]) * pk.slowest(0, cf))
+                    f, c_ = pk.free_blocks(k, cf)
+                    for fr, cp in zip(f.tolist(), c_.tolist()):
+                        heapq.heappush(heaps[fc], (ovh_f - cp, len(cls_l)))
+                        mb_l.append(k)
+                        first_l.append(fr)
+                        cls_l.append(fc)
+                        cap_l.append(cp)
+                        load_l.append(ovh_f)
+                        tok_l.append(0.0)
+                    tops[fc] = heaps[fc][0][0] if heaps[fc] else inf
+                    skip = 0
+                    continue
+                w = work_l[bc][j]
+                if best + w > 0.0:  # the roomiest bin of this class cannot take it: none of the class can
+                    skip |= 1 << bc
+                    continue
+                h = heaps[bc]
+                g = h[0][1]
+                t = Lj / csz[bc]
+                if tok_l[g] + t > lim:  # only the tokens fail: the bin waits for a shorter sequence
+                    heapq.heappop(h)
+                    tops[bc] = h[0][0] if h else inf
+                    heapq.heappush(blocked, (-(lim - tok_l[g]) * csz[bc], g))
+                    continue
+                load_l[g] += w
+                tok = tok_l[g] = tok_l[g] + t
+                if tok + L_l[j + 1] / csz[bc] > lim:  # the next (longest remaining) sequence cannot join: blocked
+                    heapq.heappop(h)  # now, where it would go when it next reached the top
+                    heapq.heappush(blocked, (-(lim - tok) * csz[bc], g))
+                else:
+                    heapq.heapreplace(h, (load_l[g] - cap_l[g], g))
                 tops[bc] = h[0][0] if h else inf
-                heapq.heappush(blocked, (-(lim - tok_l[g]) * csz[bc], g))
-                continue
-            load_l[g] += w
-            tok = tok_l[g] = tok_l[g] + t
-            if tok + L_l[j + 1] / csz[bc] > lim:  # the next (longest remaining) sequence cannot join: blocked
-                heapq.heappop(h)  # now, where it would go when it next reached the top
-                heapq.heappush(blocked, (-(lim - tok) * csz[bc], g))
-            else:
-                heapq.heapreplace(h, (load_l[g] - cap_l[g], g))
-            tops[bc] = h[0][0] if h else inf
-            where_l[j] = g
-            return
+                where_l[j] = g
+                break
 
     # the classes each sequence may use at all (finite work), one list per distinct set
     mask = (np.isfinite(work) << np.arange(nc)[:, None]).sum(axis=0).tolist()
     cands = {m: [c for c in range(nc) if m >> c & 1] for m in set(mask)}
-    for j, m in enumerate(mask):
-        put(j, cands[m])
+    put(list(range(ns)), [cands[m] for m in mask])
     where = np.asarray(where_l, dtype=np.int64)
     loads = np.asarray(load_l, dtype=np.float64)
     # The estimated work in other classes' groups, priced exactly now. The estimate is a chord of the work in
@@ -174,7 +175,6 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
                 load_l[g] -= work_l[c][j]
                 tok_l[g] -= L_l[j] / csz[c]
                 where_l[j] = -1
-            for j in back:
-                put(j, [fc])
+            put(back, [[fc]] * len(back))
             where, loads = np.asarray(where_l, dtype=np.int64), np.asarray(load_l, dtype=np.float64)
     return Filled(np.asarray(mb_l, dtype=np.int64), np.asarray(first_l, dtype=np.int64), loads, where)

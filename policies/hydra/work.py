@@ -36,7 +36,8 @@ class Pricer:
         self.uniq, self.inv = np.unique(np.asarray(lengths, dtype=np.int64), return_inverse=True)
         self.stages: tuple[int, ...] | None = None  # None: every stage
         self.may_narrow = narrow
-        self._row: dict[int, int] = {}  # option key → its row of the memo
+        self._lut = np.full((1, 1), -1, dtype=np.int64)  # [size, ulysses] → its row of the memo (-1: none)
+        self._keys: list[int] = []  # each row's option key
         self._tab = np.full((8, len(self.uniq)), np.nan)  # [rows, distinct lengths] work (NaN: not priced)
         self._ovh: dict[int, float] = {}  # option key → overhead
         self._est: dict[int, np.ndarray] = {}  # option key → estimate at every distinct length
@@ -65,26 +66,30 @@ class Pricer:
             self.set_overheads(mk, group_overhead(mk // OPTION_KEY, mk % OPTION_KEY, self.cost_model))
         return np.array([self._ovh[k] for k in keys.tolist()], dtype=np.float64)[inv.ravel()]
 
-    def _rows(self, keys: np.ndarray) -> np.ndarray:
-        """The memo row of each option key (distinct), rows added for keys not seen yet."""
-        for k in keys.tolist():
-            if k not in self._row:
-                if len(self._row) == len(self._tab):
+    def _rows(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
+        """The memo row of each option (int64 arrays that broadcast), rows added for options not seen yet."""
+        if sizes.max() >= self._lut.shape[0] or ulysses.max() >= self._lut.shape[1]:
+            lut = np.full((max(int(sizes.max()) + 1, self._lut.shape[0]),
+                           max(int(ulysses.max()) + 1, self._lut.shape[1])), -1, dtype=np.int64)
+            lut[:self._lut.shape[0], :self._lut.shape[1]] = self._lut
+            self._lut = lut
+        rows = self._lut[sizes, ulysses]
+        if (rows < 0).any():
+            for k in sorted_unique(np.broadcast_to(sizes * OPTION_KEY + ulysses, rows.shape)[rows < 0]).tolist():
+                if len(self._keys) == len(self._tab):
                     self._tab = np.concatenate([self._tab, np.full_like(self._tab, np.nan)])
-                self._row[k] = len(self._row)
-        return np.array([self._row[k] for k in keys.tolist()], dtype=np.int64)
+                self._lut[k // OPTION_KEY, k % OPTION_KEY] = len(self._keys)
+                self._keys.append(k)
+            rows = self._lut[sizes, ulysses]
+        return rows
 
     def work(self, pos: np.ndarray, sizes, ulysses) -> np.ndarray:
         """Per-rank work (s) of the sequences at batch positions ``pos`` (elementwise; scalars broadcast)."""
         pos = np.asarray(pos, dtype=np.int64)
         if len(pos) == 0:
             return np.zeros(0)
-        if np.ndim(sizes) == 0 and np.ndim(ulysses) == 0:  # one option (most calls)
-            row = self._rows(np.array([int(sizes) * OPTION_KEY + int(ulysses)]))[0]
-        else:
-            opts, which = np.unique(np.asarray(sizes, dtype=np.int64) * OPTION_KEY + np.asarray(ulysses),
-                                    return_inverse=True)
-            row = self._rows(opts)[which.ravel()]
+        row = np.broadcast_to(self._rows(np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64)),
+                              pos.shape)
         li = self.inv[pos]
         vals = self._tab[row, li]
         miss = np.isnan(vals)
@@ -92,7 +97,7 @@ class Pricer:
             n = len(self.uniq)
             cell = sorted_unique((row * n + li)[miss])  # each missing cell once
             r, j = cell // n, cell % n
-            keys = np.fromiter(self._row, dtype=np.int64, count=len(self._row))  # every row's option
+            keys = np.array(self._keys, dtype=np.int64)  # every row's option
             iso = stage_times(self.uniq[j], keys // OPTION_KEY, keys % OPTION_KEY, self.cost_model, self.stages,
                               option=r)
             ovh = self.overhead(keys // OPTION_KEY, keys % OPTION_KEY)
