@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from dcpsim.policies.hydra.bins import Packer
+if TYPE_CHECKING:
+    from dcpsim.policies.hydra.placement import Packer
 
 
 class Filled(NamedTuple):
@@ -53,12 +54,12 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     classes = sorted({(b.size, b.u) for b in bins} | {fill})
     ci = {c: i for i, c in enumerate(classes)}
     fc, nc = ci[fill], len(classes)
-    f_mb, f_first, f_cap = pk.all_free_blocks(cf)  # every microbatch's free blocks
+    free = [(k, *pk.free_blocks(k, cf)) for k in range(len(pk.caps))]  # every microbatch's free blocks
     ovh_f = pk.overhead[fill]
-    nfree = len(f_mb)
-    mb_l = [b.mb for b in bins] + f_mb.tolist()
-    first_l = [b.first for b in bins] + f_first.tolist()
-    cap_l = [b.cap for b in bins] + f_cap.tolist()
+    mb_l = [b.mb for b in bins] + [k for k, f, _ in free for _ in range(len(f))]
+    first_l = [b.first for b in bins] + [x for _, f, _ in free for x in f.tolist()]
+    cap_l = [b.cap for b in bins] + [x for _, _, c in free for x in c.tolist()]
+    nfree = len(mb_l) - len(bins)
     load_l = [b.load for b in bins] + [ovh_f] * nfree
     tok_l = [b.tokens for b in bins] + [0.0] * nfree
     cls_l = [ci[b.size, b.u] for b in bins] + [fc] * nfree
