@@ -1,18 +1,10 @@
-"""HyDra's step 3, degrees and engines: what each sequence and group runs at.
+"""HyDra's step 3, degrees and engines (docs/hydra.md §3, §4).
 
-- :func:`allowed_degrees`, :func:`engine_options`: the CP degrees a plan may use and the inner Ulysses degrees
-  each engine choice allows a group.
-- :func:`sequence_degrees_many`: every sequence's degree at each target τ — **the degree rule**: the smallest
-  allowed degree ≥ its memory minimum whose load alone meets τ (the grid's rule,
-  :func:`policies.hydra.target.cell_degrees`, exactly re-priced where the sequence's grid cell is ambiguous) —
-  and its heavy flag.
-- :func:`planning_engines_many`: one planning engine per degree (sequences of one degree share groups), the
-  exact shares and the group overheads placement uses.
-- :func:`group_engines`: **the Ulysses-inside-a-shallow-ring engine choice**: after placement, each group's
+- **The degree rule** (:func:`cell_degrees` on the grid, :func:`sequence_degrees_many` per sequence): the
+  smallest allowed degree ≥ the memory minimum whose load alone meets τ (heavy: none does).
+- :func:`planning_engines_many`: one planning engine per degree (sequences of one degree share groups).
+- **The Ulysses-inside-a-shallow-ring engine choice** (:func:`group_engines`): after placement, each group's
   Ulysses × ring split (u, r) with the least priced load (Ulysses inside a node, the ring across).
-
-The first two take every microbatch-count candidate at once and price what they all need in one cost-model
-call before reading it (the pricer's memo: the same numbers as pricing each alone).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""HyDra's fill (phase B of :func:`policies.hydra.placement.place`): the smallest degree's sequences, LPT.
+"""HyDra's fill, phase B of :func:`policies.hydra.placement.place` (docs/hydra.md §6): the smallest degree's
+sequences, largest share first (LPT), each into the roomiest bin that takes it over the classes it may use
+(its work at that class's size and engine: a short document may ride in a long sequence's group), provided
+load and tokens fit; one that fits nowhere opens a microbatch. Every free block of the fill class is a bin.
 
-The fill sequences come largest share first (LPT). Every free block of the fill class in every microbatch is a
-bin with the fill class's overhead and no tokens, next to phase A's bins. Each sequence takes the roomiest bin
-over the classes it may use (its work at that class's size and engine: a short document may ride in the spare
-capacity of a long sequence's group), provided load and tokens fit; a sequence that fits nowhere opens a
-microbatch.
-
-The bins of each class sit in a binary heap (``heapq``) of (load − capacity, bin): most room first; every bin
-is in exactly one heap, so an update is one ``heapreplace``. A top that fails only the token budget waits in a
-heap keyed by the longest sequence it can still take, and returns when a short enough one comes (a bin that
-the next sequence could not join by tokens goes there as soon as it takes a sequence). Other classes than the
-fill class are ranked by the grid's power-law estimate of the work (no pricing per candidate); what lands
-there is priced exactly at the end, in one call.
-
-Cost: O((n + m) log B) heap operations for n sequences, m microbatches and B bins, times the classes a
-sequence may use.
+The bins of each class sit in a binary heap (``heapq``) of (load − capacity, bin); a top that fails only the
+token budget waits in a heap keyed by the longest sequence it can still take. Other classes are ranked by the
+grid's power-law estimate of the work and what lands there is priced exactly at the end, in one call.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
-"""HyDra's choice of the microbatch count m: τ(m) for every candidate count, the 1F1B estimate, the pick.
+"""HyDra's step 2b, the microbatch count m (docs/hydra.md §5): τ(m) for every candidate count with the heavy
+set resolved, the group structure and memory, and the 1F1B estimate Σ_k h_k + (p − 1)·max_k h_k.
 
-The target τ(m) itself, the degree rule and the heavy packing are in :mod:`policies.hydra_target`.
-
-Structure and memory
---------------------
-Groups take whole ranks (a sequence above τ/2 needs a group to itself) and a microbatch holds at most η·W·M
-tokens. When either needs more light microbatches than m_L, the candidate keeps its degrees and is counted with
-the microbatches it needs, at height τ.
-
-Choosing m
-----------
-Non-interleaved 1F1B over microbatches of heights h_k takes about Σ_k h_k + (p − 1)·max_k h_k per stage
-(uniform heights: (m + p − 1)·τ, the bubble (p−1)/(m+p−1)). HyDra evaluates this estimate for light counts
-from 1 to several times the memory minimum ⌈Σ L / (η · W · M)⌉, each with its own fixed-point τ, and keeps the
-smallest; candidates with heavy microbatches that come close are re-scored with the 1F1B recurrence at their
-best heavy position (:mod:`policies.hydra_order`). Larger m shrinks the bubble; it also shrinks τ, which raises
-degrees (more communication) and adds slot overheads, both of which F and ō carry.
+Groups take whole ranks and a microbatch holds at most η·W·M tokens: when either needs more light
+microbatches than m_L, the candidate keeps its τ and counts the microbatches it needs. Light counts run from 1
+to several times the memory minimum ⌈Σ L / (η·W·M)⌉; the smallest estimate wins, candidates with heavy
+microbatches that come close re-scored by the 1F1B recurrence at their best heavy position.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""The order of HyDra's microbatches under non-interleaved 1F1B.
+"""HyDra's step 5a, the order of the microbatches under non-interleaved 1F1B (docs/hydra.md §7).
 
-Microbatches of equal height can run in any order. A *heavy* microbatch (a sequence whose smallest share
-exceeds the target τ) cannot be made shorter, and where it sits in the 1F1B schedule matters: its forward
-and backward cross all p stages in series, and the other stages idle unless light microbatches are in
-flight around it. In the simulator, moving the heavy block of the default 256K scenario changes the
-iteration time by about 4%; the recurrence below ranks those orders as the simulator does (correlation
-0.997 over every position of the block).
-
-HyDra therefore scores candidate orders with the 1F1B recurrence of one pipeline column and keeps the best.
-Every stage runs the simulator's 1F1B order (:mod:`dcpsim.policies.pipeline_order`: min(p − s − 1, m) warm-up
-forwards, then F(w + i), B(i) alternating, then the remaining backwards); F(s, k) waits for F(s − 1, k) and
-B(s, k) for B(s + 1, k); a microbatch of height h splits into forward φ·h and backward (1 − φ)·h (φ ≈ 0.3:
-GEMM backward is 2× forward, attention backward 2.5×).
-Transfers between stages and coupling across ranks are left out: it is a ranking device, O(m·p) per order.
+A heavy microbatch cannot be made shorter, and where it sits in the schedule matters (about 4% of the default
+256K scenario's iteration time). Candidate orders are scored with the 1F1B recurrence of one pipeline column
+(the simulator's per-stage order, :mod:`dcpsim.policies.pipeline_order`; forward φ·h, backward (1 − φ)·h;
+transfers left out: a ranking device, O(m·p) per order); the light heights may ramp at both ends.
 """
 
 from __future__ import annotations
@@ -152,10 +143,8 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
 
 def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
               stage_scale: np.ndarray | None = None) -> np.ndarray:
-    """Makespan of one pipeline column for each row of ``heights`` [C, m] (one candidate order per row),
-    all rows at once: the recurrence end = max(end[dependency], end[previous]) + duration runs level by
-    level over the fixed dependency structure with vector arithmetic (operations renumbered so that each
-    level is one contiguous block: one gather, one maximum and one addition per level)."""
+    """Makespan of one pipeline column for each row of ``heights`` [C, m] (one candidate order per row): the
+    recurrence end = max(end[dependency], end[previous]) + duration, level by level, all rows at once."""
     return makespans_many([heights], p, phi, stage_scale)[0]
 
 
@@ -240,67 +229,37 @@ def ramped(m_light: int, tau: float, p: int, r: int | None = None, a: float = RA
     return np.r_[ramp, np.full(mid, tau + 2.0 * float((tau - ramp).sum()) / mid), ramp[::-1]], r
 
 
-def _profile_rows(m_light: int, nh: int, p: int) -> tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]:
-    """For :func:`height_profile`: each profile's ramp length r (flat first, then r = 1.. with each floor),
-    and the rows of :func:`_all_orders` each profile keeps (never a block inside its ramps), concatenated,
-    with their profile and where each profile's rows start."""
-    ramps = (0,) + tuple(r for r in range(1, min(p, m_light // 3) + 1) for _ in RAMP_FLOORS)
-    n = m_light if nh and p > 1 else 0
-    j = _order_grid(n, nh, p)[1] if n else np.zeros(1, dtype=np.int64)  # n = 0: one order, every profile
-    rows, owner = [], []
-    for i, r in enumerate(ramps):
-        e = min(r, n // 2)
-        sel = np.flatnonzero((j >= e) & (j <= n - e))
-        rows.append(sel)
-        owner.append(np.full(sel.size, i))
-    sel, who = np.concatenate(rows), np.concatenate(owner)
-    return ramps, sel, who, np.searchsorted(who, np.arange(len(ramps)))
-
-
 def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) -> np.ndarray:
-    """Target heights of the ``m_light`` light microbatches in run order, chosen with the 1F1B recurrence.
-
-    A pipeline column fills for the forwards of its first microbatches and drains for the backwards of its
-    last ones, about (p − 1)·(φ·h_first + (1 − φ)·h_last) of idle per stage: short microbatches at both ends
-    shrink it. Candidates ramp r = 1..min(p, ⌊m/3⌋) microbatches at each end linearly from a·τ up towards τ
-    (a in ``RAMP_FLOORS``) and raise the middle ones so that the total Σh = m·τ is kept (the same work); each
-    is scored with the heavy microbatches at their best position (:func:`best_order`), and the flat profile
-    (every height τ) stays a candidate, so the choice is never worse than flat by the recurrence. Every
-    profile × heavy position is one row of a single :func:`makespans` call (the candidate orders differ
-    between profiles only in the positions their ramps rule out)."""
+    """Target heights of the ``m_light`` light microbatches in run order (:func:`height_profiles`)."""
     return height_profiles([(m_light, tau, heavy_heights)], p)[0]
 
 
 def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> list[np.ndarray]:
-    """:func:`height_profile` of each (m_light, τ, heavy heights) of ``requests``, every profile × order of
-    all of them scored in one :func:`makespans_many` sweep (the same values as one call each)."""
-    out: list[np.ndarray | None] = []
+    """Per (m_light, τ, heavy heights) of ``requests``: the light microbatches' target heights in run order,
+    chosen with the 1F1B recurrence. A pipeline column fills for the forwards of its first microbatches and
+    drains for the backwards of its last ones: short microbatches at both ends shrink that. Candidates ramp
+    r = 1..min(p, ⌊m/3⌋) microbatches at each end (:func:`ramped`, each floor of ``RAMP_FLOORS``), the flat
+    profile too; each is scored with the heavy block at its best position, never inside its ramps; every
+    profile × order of every request in one :func:`makespans_many` sweep."""
+    out: list[np.ndarray] = []
     mats: list[np.ndarray] = []
-    todo: list[tuple[int, list[list[float]], np.ndarray | None]] = []  # (request, profiles, row starts)
+    todo: list[tuple[int, list[list[float]], np.ndarray]] = []  # (request, profiles, each one's first row)
     for q, (m_light, tau, heavy_heights) in enumerate(requests):
+        out.append(np.full(m_light, float(tau)))
         if m_light < 3 or p == 1:
-            out.append(np.full(m_light, float(tau)))
             continue
-        out.append(None)
-        hv = np.asarray(heavy_heights, dtype=np.float64)
-        tau = float(tau)
-        profiles = [[tau] * m_light]
+        head = np.asarray(heavy_heights, dtype=np.float64).tolist()
+        heavy = np.arange(len(head) + m_light) < len(head)
+        profiles, ramps = [[float(tau)] * m_light], [0]
         for r in range(1, min(p, m_light // 3) + 1):
-            profiles.extend(ramped(m_light, tau, p, r, a)[0].tolist() for a in RAMP_FLOORS)
-        if not hv.size:  # one order (the light ones in turn), one row per profile
-            mats.append(np.array(profiles, dtype=np.float64))
-            todo.append((q, profiles, None))
-        else:
-            _, sel, who, starts = _profile_rows(m_light, hv.size, p)
-            head = hv.tolist()
-            P = np.array([head + x for x in profiles], dtype=np.float64)  # [profiles, m]
-            heavy = np.zeros(P.shape[1], dtype=bool)
-            heavy[:hv.size] = True
-            orders, _, _ = _all_orders(P[0], heavy, p)  # the block's order depends on the heavy heights only
-            mats.append(P[who[:, None], orders[sel]])
-            todo.append((q, profiles, starts))
+            for a in RAMP_FLOORS:
+                profiles.append(ramped(m_light, float(tau), p, r, a)[0].tolist())
+                ramps.append(r)
+        rows = [np.array(head + x)[candidate_orders(np.array(head + x), heavy, p, r)]
+                for x, r in zip(profiles, ramps)]
+        mats.append(np.concatenate(rows))
+        todo.append((q, profiles, np.cumsum([0] + [len(x) for x in rows[:-1]])))
     for (q, cands, first), t in zip(todo, makespans_many(mats, p) if mats else []):
-        scores = t if first is None else np.minimum.reduceat(t, first)
-        best = int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))
-        out[q] = np.array(cands[best], dtype=np.float64)
-    return out  # type: ignore[return-value]
+        scores = np.minimum.reduceat(t, first)
+        out[q] = np.array(cands[int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))], dtype=np.float64)
+    return out

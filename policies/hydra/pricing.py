@@ -1,32 +1,17 @@
-"""Every question HyDra asks the cost model, in one place: what a sequence costs alone in a group, a group's
-fixed overhead, which pipeline stages cost the same, and the load of a finished plan.
+"""Every question HyDra asks the cost model, in one place (docs/hydra.md §1): a sequence's time alone in a
+group, a group's fixed overhead, which pipeline stages cost the same, and the load of a finished plan.
 
-HyDra balances *per-rank, per-stage times in seconds* (forward + backward, compute plus exposed CP
-communication) read from ``CostModel.group_costs``. The cost model prices CP *groups*; HyDra needs a price per
-*sequence* so that it can add sequences to groups one at a time. The two are reconciled by splitting a group's
-time into a fixed part and per-sequence parts:
+A group's time splits into a fixed part and per-sequence parts: time(c, u, S) ≈ overhead(c, u) + Σ_{L∈S}
+work(L | c, u), where overhead = 2·time(1 token) − time(2 tokens) (:func:`group_overhead`: zero tokens by
+linear extrapolation) and work = time(L alone) − overhead (:func:`sequence_work`); groups are priced from pool
+rank 0 at the stage where they cost most.
 
-    time(group of c ranks, engine u, sequences S)  ≈  overhead(c, u)  +  Σ_{L ∈ S} work(L | c, u)
-
-* ``overhead(c, u)`` (:func:`group_overhead`) is what a group costs before it holds any tokens: the GEMMs'
-  fixed cost, the latency terms of the engine's collectives and the per-layer, per-ring-step and
-  per-microbatch fixed costs; read off the cost model by linear extrapolation to zero tokens from two tiny
-  probes, overhead = 2·time(1 token) − time(2 tokens).
-* ``work(L | c, u)`` (:func:`sequence_work`) = time(L alone in the group) − overhead(c, u).
-
-For the analytic model the split is exact for GEMMs, attention and Ulysses all-to-alls (affine or additive per
-sequence) and conservative for the ring (a packed group's exposure is max(0, transfer − compute) of the group's
-totals, at most the sum of the sequences' own). Groups are priced as if they started at pool rank 0, at the
-stage where they cost most (every stage is priced; the first and last add the embedding and the LM head with
-the loss).
-
-**The interface used.** Any ``CostModel`` works: its ``group_costs`` (each sequence alone in a group) and
-``job``. A cost model may also offer faster, bit-identical batch forms, found here by name and nowhere else:
-``alone_stage_totals(lengths, sizes, ulysses, stages, prefix, option)`` (several stages in one call),
-``alone_block_totals(lengths, sizes, ulysses, stages, prefix)`` (every option × every length as a block),
-``stage_classes()`` (which stages cost the same numbers) and ``terms.fixed_costs`` (whether fixed costs are
-priced); :class:`~dcpsim.cost_models.AnalyticCostModel` has all four. This module is the seam where a declared
-pricing protocol replaces those look-ups.
+**The interface used.** Any ``CostModel`` works, through ``group_costs`` (each sequence alone in a group) and
+``job``. A cost model may offer faster, bit-identical batch forms, looked up here by name and nowhere else:
+``alone_stage_totals`` (several stages in one call), ``alone_block_totals`` (every option × every length),
+``stage_classes()`` (which stages cost the same) and ``terms.fixed_costs``; ``AnalyticCostModel`` has all four.
+This module is the seam where a declared pricing protocol replaces those look-ups; :func:`flatten` is the one
+place a plan is flattened against its batch.
 """
 
 from __future__ import annotations

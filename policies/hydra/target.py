@@ -1,33 +1,15 @@
-"""HyDra's load target τ, its degree rule, and the packing of heavy sequences.
+"""HyDra's step 2a, **the closed-form target** τ (docs/hydra.md §2).
 
-The balance argument
---------------------
-Let every one of the W ranks run m microbatches, and let each (rank, microbatch) slot carry the same load τ
-(seconds per stage, forward + backward, compute + exposed CP communication). A sequence i of degree c_i puts
-its per-rank work w_i(c_i) on each of its c_i ranks, and every occupied slot pays its group's fixed overhead
-(≈ ō). Counting rank-seconds both ways gives the target in closed form:
+Every one of the W ranks runs m microbatches and each (rank, microbatch) slot carries the load τ; sequence i
+at degree c_i puts its per-rank work w_i(c_i) on c_i ranks and every slot pays the fixed overhead ō, so
 
     W · m · τ  =  Σ_i c_i · w_i(c_i)  +  W · m · ō          ⇒          τ = F(τ) / (W · m) + ō,
 
-where F(τ) = Σ_i c_i · w_i(c_i(τ)) is the batch's total rank-work *including communication*, and the degree
-rule makes it depend on τ: c_i(τ) is the smallest allowed degree ≥ the memory minimum whose load alone,
-w_i(c) + overhead(c), fits τ. A smaller τ asks for larger degrees, hence more communication and a larger F.
-F is a step function of τ: it changes only where some sequence's degree changes. Between two breakpoints F is
-a constant F_e and the fixed point is τ_e = F_e / (W·m) + ō exactly; the target is the smallest τ with
-τ ≥ F(τ)/(W·m) + ō, found by one pass over the sorted breakpoints (at a jump, the breakpoint itself).
-
-Heavy sequences
----------------
-A sequence whose smallest load alone (over every allowed degree) still exceeds τ cannot be balanced: its
-microbatch lasts at least that load h. HyDra gives such sequences microbatches of their own (co-located by
-first fit, largest degree first), whose other ranks may be filled up to h, and balances the rest:
-
-    τ = (F_light(τ) − C_H) / (W · m_L) + ō,     C_H = Σ_heavy microbatches (W·h_k − heavy rank-work in k),
-
-iterated until the heavy set is stable (at most four rounds).
-
-The choice of the microbatch count m (the group structure, memory, the 1F1B estimate) is in
-:mod:`policies.hydra_msearch`.
+F(τ) the batch's rank-work including communication, which depends on τ through the degree rule (a smaller τ
+asks for larger degrees). F is a step function of τ (:class:`TargetModel`); the target is the smallest
+τ ≥ F(τ)/(W·m) + ō, one pass over its breakpoints (:func:`solve_tau`). A sequence whose smallest load alone
+exceeds τ is *heavy*: it gets microbatches of its own (:func:`pack_heavy`, first fit) and the rest balance
+over what remains, τ = (F_light(τ) − C_H)/(W · m_L) + ō (:mod:`policies.hydra.microbatches`).
 """
 
 from __future__ import annotations
