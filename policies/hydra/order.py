@@ -1,9 +1,11 @@
-"""HyDra's step 5a, the order of the microbatches under non-interleaved 1F1B (docs/hydra.md §7).
+"""HyDra's step 5, the order of the microbatches under non-interleaved 1F1B and the columns (docs/hydra.md §7).
 
 A heavy microbatch cannot be made shorter, and where it sits in the schedule matters (about 4% of the default
 256K scenario's iteration time). Candidate orders are scored with the 1F1B recurrence of one pipeline column
 (the simulator's per-stage order, :mod:`dcpsim.policies.pipeline_order`; forward φ·h, backward (1 − φ)·h;
-transfers left out: a ranking device, O(m·p) per order); the light heights may ramp at both ends.
+transfers left out: a ranking device, O(m·p) per order); the light heights may ramp at both ends. Once the
+order is fixed, :func:`balance_columns` mirrors aligned halves of the pool microbatch by microbatch so that
+every rank's total load evens out.
 """
 
 from __future__ import annotations
@@ -71,73 +73,24 @@ def _schedule(m: int, p: int) -> tuple[np.ndarray, ...]:
     return phase[order], mb[order], stage[order], lv[order], new[dep_a[order]], new[prev_a[order]]
 
 
-def _merged(ms: tuple[int, ...], p: int) -> tuple:
-    """The schedules of several columns (m = ``ms``) as one: operations ordered by level (column by column
-    within a level), each column's microbatches offset to its own rows. Returns per operation its phase, row
-    and stage, the operations grouped by column (order, starts), and per level (its slice of operations, the
-    [2, ops] indices of their dependencies and previous operations)."""
-    parts = [_schedule(m, p) for m in ms]
-    sizes = [len(x[0]) for x in parts]
-    base = np.cumsum([0] + sizes)
-    rows = np.cumsum([0] + list(ms))
-    n = int(base[-1])
-    level = np.concatenate([x[3] for x in parts])
-    order = np.argsort(level, kind="stable")
-    new = np.empty(n + 1, dtype=np.int64)
-    new[order] = np.arange(n)
-    new[n] = n
-    dep = np.concatenate([np.where(x[4] == s, n, x[4] + b) for x, s, b in zip(parts, sizes, base)])
-    prev = np.concatenate([np.where(x[5] == s, n, x[5] + b) for x, s, b in zip(parts, sizes, base)])
-    phase = np.concatenate([x[0] for x in parts])[order]
-    row = np.concatenate([x[1] + r for x, r in zip(parts, rows)])[order]
-    stage = np.concatenate([x[2] for x in parts])[order]
-    col = np.repeat(np.arange(len(ms)), sizes)[order]
-    dep, prev, lv = new[dep[order]], new[prev[order]], level[order]
-    edges = np.searchsorted(lv, np.arange(int(lv[-1]) + 2))
-    # per level one [2, ops] index array (its operations' dependencies, then their previous operations): all
-    # of them in one array, each level a view
-    lo, k = edges[lv], np.diff(edges)[lv]
-    both = np.empty(2 * n, dtype=np.int64)
-    both[lo + np.arange(n)] = dep
-    both[lo + k + np.arange(n)] = prev
-    bounds = edges.tolist()
-    steps = [(slice(a, b), both[2 * a:2 * b].reshape(2, b - a)) for a, b in zip(bounds[:-1], bounds[1:])]
-    grouped = np.argsort(col, kind="stable")  # the operations column by column, and where each column starts
-    return phase, row, stage, (grouped, np.searchsorted(col[grouped], np.arange(len(ms)))), steps
-
-
 def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACTION,
                    stage_scale: np.ndarray | None = None) -> list[np.ndarray]:
-    """:func:`makespans` of several [C_i, m_i] height matrices (columns of different microbatch counts) in
-    one level sweep: the sweeps of the columns run side by side, each level one vector step for all of
-    them (rows beyond a matrix's C_i are padded with zeros and dropped). The same values as one call each."""
-    Hs = [np.atleast_2d(np.asarray(h, dtype=np.float64)) for h in heights]
-    keep = [i for i, h in enumerate(Hs) if h.shape[1] > 0]
-    out = [np.zeros(h.shape[0]) for h in Hs]
-    if not keep:
-        return out
-    ms = tuple(Hs[i].shape[1] for i in keep)
-    C = max(Hs[i].shape[0] for i in keep)
-    phase, row, stage, (grouped, starts), steps = _merged(ms, p)
-    stacked = np.zeros((sum(ms), C))
-    r = 0
-    for i in keep:
-        h = Hs[i]
-        stacked[r:r + h.shape[1], :h.shape[0]] = h.T
-        r += h.shape[1]
-    dur = np.take(stacked, row, axis=0)  # [ops, C]: the heights, then × φ or 1 − φ
-    dur *= np.where(phase == 0, phi, 1.0 - phi)[:, None]
-    if stage_scale is not None:  # each stage at its share of the heights (the heaviest stage's time)
-        dur *= np.asarray(stage_scale, dtype=np.float64)[stage][:, None]
-    end = np.zeros((len(phase) + 1, C))  # the last row stays 0: the target of "none"
-    for at, both in steps:  # per level: end = max(end[dependency], end[previous]) + duration
-        g = end.take(both, axis=0)
-        seg = end[at]
-        np.maximum(g[0], g[1], out=seg)
-        seg += dur[at]
-    best = np.maximum(np.maximum.reduceat(end[grouped], starts, axis=0), 0.0)
-    for j, i in enumerate(keep):
-        out[i] = best[j, :Hs[i].shape[0]].copy()
+    """:func:`makespans` of each [C_i, m_i] height matrix of ``heights``."""
+    out = []
+    for h in heights:
+        H = np.atleast_2d(np.asarray(h, dtype=np.float64))
+        if H.shape[1] == 0:
+            out.append(np.zeros(H.shape[0]))
+            continue
+        phase, mb, stage, level, dep, prev = _schedule(H.shape[1], p)
+        dur = H.T[mb] * np.where(phase == 0, phi, 1.0 - phi)[:, None]  # [ops, C]
+        if stage_scale is not None:  # each stage at its share of the heights (the heaviest stage's time)
+            dur *= np.asarray(stage_scale, dtype=np.float64)[stage][:, None]
+        end = np.zeros((len(phase) + 1, H.shape[0]))  # the last row stays 0: the target of "none"
+        edges = np.searchsorted(level, np.arange(int(level[-1]) + 2)).tolist()
+        for a, b in zip(edges[:-1], edges[1:]):  # per level: end = max(end[dependency], end[previous]) + duration
+            end[a:b] = np.maximum(end[dep[a:b]], end[prev[a:b]]) + dur[a:b]
+        out.append(np.maximum(end.max(axis=0), 0.0))
     return out
 
 
@@ -263,3 +216,43 @@ def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> li
         scores = np.minimum.reduceat(t, first)
         out[q] = np.array(cands[int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))], dtype=np.float64)
     return out
+
+
+def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.ndarray:
+    """Mirror aligned blocks so that every rank ends the iteration with a similar total load.
+
+    ``loads`` [m, W] is each rank's load per microbatch in run order, W a power of two and every group an
+    aligned block. Microbatch by microbatch, top-down over the binary tree of aligned blocks, the two halves
+    of a block swap places when that puts the half with more load of this microbatch on the half of the
+    columns that has carried less so far. A group never straddles a swapped boundary (it is aligned and
+    smaller than the block, or it contains the block), so every group stays an aligned block of the same
+    ranks' size. Returns ``pos`` [m, W]: the new rank of each old rank. O(m · W · log W), vectorised per level.
+    With ``slow`` ([W] slow-down factors ≥ 1, stragglers) the halves compare time, not load: a column's load
+    takes f times as long, and the halves swap when that lowers the larger of their projected times.
+    """
+    m, W = loads.shape
+    pos = np.tile(np.arange(W), (m, 1))
+    if W & (W - 1) or W == 1:
+        return pos
+    total = np.zeros(W)
+    for k in range(m):
+        idx = np.arange(W)  # idx[new position] = old rank
+        s = W // 2
+        while s >= 1:
+            blocks = idx.reshape(-1, 2, s)
+            have = loads[k][blocks].sum(axis=2)
+            if slow is None:
+                carried = total.reshape(-1, 2, s).sum(axis=2)
+                flip = ((have[:, 0] - have[:, 1]) * (carried[:, 0] - carried[:, 1])) > 0
+            else:  # per half: time carried, and the mean factor a load placed there runs at
+                carried = (total * slow).reshape(-1, 2, s).sum(axis=2)
+                f = slow.reshape(-1, 2, s).mean(axis=2)
+                stay = np.maximum(carried[:, 0] + have[:, 0] * f[:, 0], carried[:, 1] + have[:, 1] * f[:, 1])
+                swap = np.maximum(carried[:, 0] + have[:, 1] * f[:, 0], carried[:, 1] + have[:, 0] * f[:, 1])
+                flip = swap < stay
+            blocks[flip] = blocks[flip][:, ::-1, :]
+            idx = blocks.reshape(-1)
+            s //= 2
+        pos[k, idx] = np.arange(W)
+        total += loads[k][idx]
+    return pos

@@ -5,7 +5,7 @@
   cost-model call.
 * :func:`build_grid` — the :class:`WorkGrid`: the work of a geometric grid of lengths × the allowed degrees
   and their best engines, priced in one block call, for choosing τ, m and degrees
-  (:mod:`policies.hydra.target`, :mod:`policies.hydra.microbatches`). Its probes also narrow the pricer to the
+  (:mod:`policies.hydra.target`, :func:`policies.hydra.target.choose_target`). Its probes also narrow the pricer to the
   stages that can be the heaviest and give the pricer the rows its :meth:`Pricer.estimate` reads.
 """
 

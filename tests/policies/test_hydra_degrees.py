@@ -9,7 +9,7 @@ import numpy as np
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies.hydra.degrees import planning_engines_many, sequence_degrees_many
 from dcpsim.policies.hydra.work import build_grid
-from dcpsim.policies.hydra.microbatches import choose_target
+from dcpsim.policies.hydra.target import choose_target
 from dcpsim.policies.hydra.target import build_target_model
 from dcpsim.policies.hydra.degrees import allowed_degrees
 from dcpsim.policies.hydra.work import Pricer
