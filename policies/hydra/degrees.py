@@ -91,40 +91,31 @@ def cell_degrees(grid: WorkGrid, tm: TargetModel, tau):
 
 def sequence_degrees_many(grid: WorkGrid, tm: TargetModel, taus: list[float], lengths: np.ndarray,
                           kmin: np.ndarray, pricer: Pricer) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(degree index, engine, heavy flag) of every sequence at each target τ of ``taus``.
-
-    The grid gives each sequence the degree of the grid point at or above its length (enough for it);
-    the point below bounds the degree from underneath, and where the two differ the lower one is priced
-    exactly and kept if the sequence's load alone meets τ. Sequences the grid calls heavy are priced at
-    every degree and get the smallest one that meets τ, or the one with the smallest load."""
-    plans = []
+    """(degree index, engine, heavy flag) of every sequence at each target τ of ``taus``. The grid gives each
+    sequence the degree of the grid point at or above its length; where the point below gives a lower one, it
+    is priced exactly and kept if the load alone meets τ. Sequences of heavy cells are priced at every degree
+    and get the smallest one that meets τ, else the one with the smallest load (heavy)."""
+    D, K, cell = grid.degrees, len(grid.degrees), grid.cell
+    out = []
     for tau in taus:
-        D, K, cell = grid.degrees, len(grid.degrees), grid.cell
         k_cell, heavy_cell = cell_degrees(grid, tm, tau)
         k = np.maximum(k_cell[cell], kmin)
+        u = grid.ulysses[cell, k]
         below = np.maximum(cell - 1, 0)
         lower = np.maximum(k_cell[below], kmin)
         low = np.flatnonzero((lower < k) & ~heavy_cell[cell])  # may take the lower degree
-        hv = np.flatnonzero(heavy_cell[cell])  # priced at every degree memory allows
-        rep_k = np.tile(np.arange(K), hv.size)
-        rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
-        ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)
-        plans.append((k, grid.ulysses[cell, k], below, low, lower[low], hv, rep_k, rep_u, ok))
-    # everything every τ prices, priced in one call
-    pos = [x for p in plans for x in (p[3], np.repeat(p[5], K)[p[8]])]
-    sizes = [x for p in plans for x in (D[p[4]], D[p[6][p[8]]])]
-    us = [x for p in plans for x in (grid.ulysses[p[2][p[3]], p[4]], p[7][p[8]])]
-    pricer.work(np.concatenate(pos), np.concatenate(sizes), np.concatenate(us))
-    out = []
-    for (k, u, below, low, kl, hv, rep_k, rep_u, ok), tau in zip(plans, taus):
-        ul = grid.ulysses[below[low], kl]
+        kl, ul = lower[low], grid.ulysses[below[low], lower[low]]
         meets = pricer.work(low, D[kl], ul) + grid.overhead[below[low], kl] <= tau
         k[low[meets]], u[low[meets]] = kl[meets], ul[meets]
+        hv = np.flatnonzero(heavy_cell[cell])  # priced at every degree memory allows
         heavy = np.zeros(len(lengths), dtype=bool)
         if hv.size:
+            rep_k = np.tile(np.arange(K), hv.size)
+            rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
+            ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)
             flat = np.full(hv.size * K, np.inf)
-            s, uu = D[rep_k[ok]], rep_u[ok]
-            flat[ok] = pricer.work(np.repeat(hv, K)[ok], s, uu) + pricer.overhead(s, uu)
+            flat[ok] = pricer.work(np.repeat(hv, K)[ok], D[rep_k[ok]], rep_u[ok]) + pricer.overhead(D[rep_k[ok]],
+                                                                                                     rep_u[ok])
             load = flat.reshape(hv.size, K)
             fit = load <= tau
             k[hv] = np.where(fit.any(axis=1), np.argmax(fit, axis=1), np.argmin(load, axis=1))
@@ -153,17 +144,6 @@ def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec,
     groups they fill at τ, each with the option's overhead). Heavy sequences, alone in their groups, keep their
     own best. Returns per item the engines, exact shares and group overheads by (c, u)."""
     choices = [_engine_choices(sizes, heavy, job, cp_engine) for sizes, _, heavy, _ in items]
-    rests = []  # per item what no engine choice covers (the heavy sequences): priced at its own engine
-    for ch in choices:
-        left = np.ones(len(lengths), dtype=bool)
-        for _, _, m in ch:
-            left[m] = False
-        rests.append(np.flatnonzero(left))
-    pricer.work(np.concatenate([m for ch in choices for _, _, m in ch] + rests),  # all of it in one call
-                np.concatenate([np.full(len(m), c) for ch in choices for c, _, m in ch]
-                               + [s[r] for (s, *_), r in zip(items, rests)]),
-                np.concatenate([np.full(len(m), u) for ch in choices for _, u, m in ch]
-                               + [u[r] for (_, u, *_), r in zip(items, rests)]))
     out = []
     for ch, (sizes, u_seq, heavy, tau) in zip(choices, items):
         best: dict[int, tuple[float, int, np.ndarray]] = {}

@@ -21,13 +21,10 @@ FORWARD_FRACTION = 0.3
 
 @lru_cache(maxsize=256)
 def _schedule(m: int, p: int) -> tuple[np.ndarray, ...]:
-    """The 2·m·p operations of 1F1B in topological levels (operations of one level do not depend on each
-    other; each level a contiguous range): per operation its phase (0 forward, 1 backward), microbatch, stage
-    and level, and the index of the operation it waits for on the neighbouring stage and of the previous one on
-    its own stage (n, one past the last, for none). Depends on (m, p) only, and kept: it is built by a Python
-    loop over the operations (0.34 ms at m = 20, p = 4) and the same counts recur within and across plans;
-    without the cache the 2,048 × 256 benchmark cell plans 12.5% slower (19.0 against 16.6 ms, one process).
-    tests/policies/test_hydra_fast_paths.py holds the recurrence to the first version's."""
+    """The 2·m·p operations of 1F1B in topological levels (each level a contiguous range): per operation its phase
+    (0 forward, 1 backward), microbatch, stage and level, and the index of the operation it waits for on the
+    neighbouring stage and of the previous one on its stage (n: none). Kept per (m, p): built by a Python loop
+    (0.34 ms at m = 20, p = 4); uncached, the 2,048 × 256 cell plans 12.5% slower (19.0 against 16.6 ms)."""
     n2, n = 2 * m, 2 * m * p
     ph0 = np.repeat(np.array([0, 1], dtype=np.int64), m)
     mb0 = np.tile(np.arange(m, dtype=np.int64), 2)
@@ -221,15 +218,11 @@ def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> li
 def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.ndarray:
     """Mirror aligned blocks so that every rank ends the iteration with a similar total load.
 
-    ``loads`` [m, W] is each rank's load per microbatch in run order, W a power of two and every group an
-    aligned block. Microbatch by microbatch, top-down over the binary tree of aligned blocks, the two halves
-    of a block swap places when that puts the half with more load of this microbatch on the half of the
-    columns that has carried less so far. A group never straddles a swapped boundary (it is aligned and
-    smaller than the block, or it contains the block), so every group stays an aligned block of the same
-    ranks' size. Returns ``pos`` [m, W]: the new rank of each old rank. O(m · W · log W), vectorised per level.
-    With ``slow`` ([W] slow-down factors ≥ 1, stragglers) the halves compare time, not load: a column's load
-    takes f times as long, and the halves swap when that lowers the larger of their projected times.
-    """
+    ``loads`` [m, W]: each rank's load per microbatch in run order, W a power of two, every group an aligned
+    block. Microbatch by microbatch, top-down over the binary tree of aligned blocks, the two halves of a block
+    swap places when that puts this microbatch's heavier half on the columns that carried less so far (with
+    ``slow``, [W] slow-down factors: when that lowers the larger of the halves' projected times). A group never
+    straddles a swapped boundary, so it stays an aligned block. Returns ``pos`` [m, W]: each old rank's new rank."""
     m, W = loads.shape
     pos = np.tile(np.arange(W), (m, 1))
     if W & (W - 1) or W == 1:

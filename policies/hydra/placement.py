@@ -169,16 +169,12 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
           fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None],
           light_heights: np.ndarray | None = None,
           prune: Callable[[list[int], list[float], list[float], int], bool] | None = None) -> Layout | None:
-    """Place every sequence (positions 0..n−1).
-
-    ``sizes``, ``ulysses``, ``shares``: each sequence's degree, planning engine and per-rank work there;
-    ``heavy``: set apart; ``order_key``: tie-break (the sequence ids); ``overhead[(size, u)]``: a group's fixed
-    load; ``slowdown`` ([W] or None): each pool rank's slow-down factor; ``fill`` = (size, u) of the fill
-    class (the smallest degree); ``fill_work`` / ``fill_estimate``: :func:`policies.hydra.fill.fill`'s;
-    ``light_heights``: the target height of each light microbatch in run order (None: τ for all ``m_light``;
-    those below τ take only fill sequences); ``prune`` (optional): called a quarter and halfway through phase A
-    and at its end with each group's microbatch and load so far, the microbatches' capacities and the heavy
-    microbatch count (the rest only adds load); if it returns True, placement stops and returns None."""
+    """Place every sequence (positions 0..n−1). ``sizes``, ``ulysses``, ``shares``: each one's degree, planning
+    engine and per-rank work there; ``heavy``: set apart; ``order_key``: tie-break (the ids); ``overhead[(size,
+    u)]``: a group's fixed load; ``fill``: (size, u) of the fill class; ``fill_work``, ``fill_estimate``: the
+    fill's (:func:`policies.hydra.fill.fill`); ``light_heights``: each light microbatch's target height in run
+    order (None: τ for all ``m_light``); ``prune``: asked a quarter, half way and at the end of phase A with each
+    group's microbatch and load, the capacities and the heavy count (the rest only adds load): True stops (None)."""
     pk = Packer(pool, budget, tau, tol, aligned, overhead, slowdown)
     tok = lengths / sizes
     is_fill = ~heavy & (sizes == fill[0]) & (ulysses == fill[1])

@@ -47,9 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HyDra", "rank_loads"]
 
-# degrees="auto" plans degrees="any" too on pools of at most this many ranks (its grid prices every degree
-# 1..W: auto takes 2-5x the planning time of pow2 alone on the shipped scenarios, W = 16 to 88; larger pools,
-# such as the speed benchmark's W = 256, plan pow2 alone)
+# degrees="auto" plans "any" too on pools of at most this many ranks (its grid prices every degree 1..W)
 ANY_MAX_POOL = 128
 
 
@@ -106,12 +104,8 @@ def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
 @register_policy("hydra")
 @dataclass(frozen=True)
 class HyDra:
-    """Load-driven DCP: one closed-form load target, degrees from load, lazy-heap placement, hybrid engine.
-
-    Options: ``cp_engine`` ring | ulysses | hybrid | auto (per group, priced); ``degrees`` pow2 | any | auto;
-    ``min_cp_size``; ``tolerance`` (a rank's load may exceed τ by this fraction); ``num_microbatches``
-    (None: chosen for 1F1B); ``max_seqlen_per_rank`` (None: the cost model's memory budget).
-    """
+    """Load-driven DCP: one closed-form load target, degrees from load, placement by sorted lists and heaps,
+    the hybrid engine per group (module docstring; the options below)."""
 
     cp_engine: str = option("auto", choices=ENGINE_CHOICES)
     # auto: pow2, and on pools of ≤ ANY_MAX_POOL ranks also any; the plan with the smaller columns_s is kept
@@ -135,14 +129,9 @@ class HyDra:
 
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
         if self.degrees == "auto":
-            # Odd degrees let long sequences take the ranks their load needs, not the next power of two
-            # (prod-2048-256k seed 2: 3.4% faster), yet lose elsewhere (default seed 1: 6% slower); the target
-            # estimate before placement misjudges which (docs/hydra.md §13), the finished plans do not: plan
-            # both and keep the better one (on pools of ≤ ANY_MAX_POOL ranks, where any's grid is cheap).
-            # The any pass also plans the pow2 plan's chosen count (its own pick of m runs low at times:
-            # h100-512-256k seed 0, 21 where 29 is 2% faster).
-            # The two are compared by ``columns_s``: the recurrence run by every rank's own loads (after
-            # pow2's mirroring, which evens the ranks' totals out and which the heights alone do not credit).
+            # Odd degrees let long sequences take the ranks their load needs (prod-2048-256k seed 2: 3.4%
+            # faster), yet lose elsewhere (default seed 1: 6% slower), and only the finished plans tell: plan
+            # both (any also at pow2's chosen count), keep the smaller ``columns_s`` (docs/hydra.md §13).
             both = job.pool <= ANY_MAX_POOL and prices_fixed_costs(cost_model)  # legacy: the first plans
             best = replace(self, degrees="pow2")._plan(batch, job, cost_model, columns=both)
             if both:
@@ -267,10 +256,7 @@ class HyDra:
         height = _heights(keys, len(layout.caps), layout.mb, layout.load)
         is_heavy = np.asarray(keys) < layout.heavy_mbs
         order, score = best_order(height, is_heavy, pp, ends) if keys else ([], 0.0)
-        if stage_scale is not None and keys:
-            # the score, each stage at its share of the heaviest stage's time (the LM head makes the last stage
-            # up to ~30% heavier: the others absorb part of the fill, drain and stalls); the order stays the
-            # one the unscaled recurrence picked
+        if stage_scale is not None and keys:  # the score with each stage at its share (the order stays)
             score = float(makespans(height[order][None, :], pp, stage_scale=stage_scale)[0])
         return keys, order, score
 
@@ -289,11 +275,8 @@ class HyDra:
 
     def _structure_bound(self, mb: list[int], load: list[float], caps: list[float], heavy_mbs: int, tau: float,
                          pp: int, n_profile: int, stage_scale: np.ndarray | None) -> float:
-        """A lower bound on the score :meth:`_order` gives the finished layout, from its groups before the fill
-        (phase A of :func:`~policies.hydra_placement.place`): the fill only adds load to groups, so every
-        microbatch's height only grows, and the 1F1B recurrence of a fixed order is monotone in every height.
-        The bound is the least stage-scaled makespan over the same candidate orders (every microbatch, empty
-        ones at height 0), at the heights so far."""
+        """A lower bound on :meth:`_order`'s score of the finished layout from its groups so far: the rest only
+        adds load, heights only grow and the recurrence of a fixed order is monotone in every height."""
         keys, ends = self._run_keys(list(range(len(caps))), caps, heavy_mbs, tau, n_profile)
         if not keys:
             return 0.0
@@ -324,18 +307,14 @@ class HyDra:
         count = np.bincount(layout.seq_group, minlength=len(size))
         ends_at = np.cumsum(count)
         id_tup = tuple(ids[by_group].tolist())  # (a slice of a tuple is the group's tuple)
-        go = np.argsort(rows * W + firsts, kind="stable")  # (microbatch, first rank): distinct
-        # each distinct engine and rank block once (blocks repeat across microbatches), then the groups in
-        # (microbatch, first rank) order, cut into microbatches
-        c_go = size[go]
-        e_key, e_of = np.unique(c_go * (W + 1) + engines[go], return_inverse=True)
-        engine_list = [engine_from_ulysses(k // (W + 1), k % (W + 1)) for k in e_key.tolist()]
-        b_key, b_of = np.unique(firsts[go] * (W + 1) + c_go, return_inverse=True)
-        block_list = [tuple(range(k // (W + 1), k // (W + 1) + k % (W + 1))) for k in b_key.tolist()]
+        go = np.argsort(rows * W + firsts, kind="stable")  # the groups by (microbatch, first rank): distinct
+        c_go, f_go = size[go].tolist(), firsts[go].tolist()
+        opts = list(zip(c_go, engines[go].tolist()))
+        engine_of = {k: engine_from_ulysses(*k) for k in set(opts)}  # (blocks and engines repeat: made once)
+        block_of = {k: tuple(range(k[0], k[0] + k[1])) for k in set(zip(f_go, c_go))}
         ends_go = ends_at[go]
         seqs = [id_tup[a:b] for a, b in zip((ends_go - count[go]).tolist(), ends_go.tolist())]
-        groups = CPGroup.many(list(map(block_list.__getitem__, b_of.tolist())), seqs,
-                              list(map(engine_list.__getitem__, e_of.tolist())))
+        groups = CPGroup.many([block_of[k] for k in zip(f_go, c_go)], seqs, [engine_of[k] for k in opts])
         cut = np.cumsum(np.bincount(rows, minlength=len(keys))).tolist()
         mbs = [groups[a:b] for a, b in zip([0] + cut[:-1], cut)]
         caps = [layout.caps[keys[i]] for i in order]

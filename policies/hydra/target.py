@@ -84,12 +84,9 @@ TARGET_RULES = ("fixed-point", "mean")  # HyDra's ``target`` option: how τ foll
 
 def solve_tau(tm: TargetModel, pool: float, m_light, excluded=None, rule: str = "fixed-point"):
     """The closed-form target: the smallest τ ≥ (F(τ) − excluded) / (W · m_light) + ō over the step function
-    F, for one count (a float) or an array of counts (an array; ``excluded`` per count, None: nothing). With
-    stragglers W is the effective pool Σ_w 1/f_w (a rank of slow-down f carries τ/f): a full-speed rank's.
-
-    ``rule="mean"`` (a researcher's variant, HyDra's ``target`` option): τ = the mean load per slot with
-    every sequence at the degree of its smallest load alone, (F(∞) − excluded) / (W · m_light) + ō, without
-    the fixed point (degrees then follow from this τ as usual)."""
+    F, for one count (a float) or an array of counts (``excluded`` per count; None: nothing). With stragglers W is
+    the effective pool Σ_w 1/f_w. ``rule="mean"`` (HyDra's ``target`` option, a researcher's variant): τ = the mean
+    load per slot at every sequence's smallest load alone, (F(∞) − excluded) / (W · m_light) + ō."""
     scalar = np.ndim(m_light) == 0
     m = np.atleast_1d(np.asarray(m_light))
     num = tm.F[None, :] if excluded is None else tm.F[None, :] - np.atleast_1d(excluded)[:, None]
@@ -164,13 +161,9 @@ class _HeavySet(NamedTuple):
 
 
 class TargetSearch:
-    """τ(m) for any light microbatch count m, with the heavy set resolved (module docstring); many counts at
-    once (:meth:`many`: one [m, E] pass over the step function, one degree rule over [m, cells]). Each heavy
-    set is packed once (``_heavy``, by its number of cells: the set is the cells whose threshold exceeds τ, so
-    the number names it); it changes only a few times over the range of m.
-
-    ``rule``: how τ follows from F (:func:`~policies.hydra.target.solve_tau`: the closed-form fixed point, or
-    a researcher's variant)."""
+    """τ(m) for any light microbatch count m with the heavy set resolved, many counts at once (:meth:`many`);
+    each heavy set packed once (keyed by its number of cells: the cells whose threshold exceeds τ). ``rule``: how
+    τ follows from F (:func:`solve_tau`)."""
 
     def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray,
                  budget: float, capacity: float | None = None, rule: str = "fixed-point") -> None:
@@ -285,18 +278,10 @@ def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: 
                   capacity: float | None = None, ramp: bool = False, *,
                   search: TargetSearch | None = None) -> TargetChoice:
     """The (τ, m) with the smallest 1F1B estimate; m fixed when ``num_microbatches`` is given (as far as the
-    heavy sequences and the groups allow).
-
-    Candidates: light counts m_L = 1 .. ``span`` × the memory minimum ⌈Σ L / (η·W·M)⌉ + 2p (at most 512), each
-    raised to what memory and the group structure need; the search stops once the estimate exceeds the
-    best by ``STOP_ABOVE`` (τ only falls with m, so degrees, communication and heavy sets only grow).
-    ``capacity``: the speed-weighted pool Σ 1/f of a job with stragglers (None: W).
-    The counts are resolved in blocks (32, 32, 64, 128, …: :meth:`TargetSearch.many`; one block of 32
-    costs less than two of 16, and the search runs past m = 16 on 28 of the 30 plans of the fingerprint cases)
-    and scanned in order.
-    ``search``: the :class:`TargetSearch` of these same inputs, kept across calls (HyDra re-targets fixed
-    counts after its free pick: the counts and heavy sets of the first call serve the others); None: a fresh
-    one."""
+    heavy sequences and the groups allow). Candidates: light counts 1 .. ``span`` × the memory minimum + 2p (at
+    most 512), resolved in blocks of 32, 32, 64, … and scanned in order until the estimate exceeds the best by
+    ``STOP_ABOVE`` (τ only falls with m). ``search``: the :class:`TargetSearch` of these inputs, kept across calls
+    (None: a fresh one)."""
     ts = TargetSearch(grid, tm, pool, pp, lengths, budget, capacity) if search is None else search
     if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
         for m_l in range(num_microbatches, 0, -1):

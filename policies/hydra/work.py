@@ -22,14 +22,15 @@ from dcpsim.policies.hydra.pricing import (MIN_WORK_S, block_times, group_overhe
                                            stage_classes_of, stage_times)
 
 class Pricer:
-    """The work model of one batch, memoised: ``work(pos, sizes, ulysses)`` equals
-    ``sequence_work(lengths[pos], sizes, ulysses)`` at the pricer's stages and ``overhead`` equals
-    :func:`~policies.hydra.pricing.group_overhead`. Per option (size, u) one row over the batch's distinct
-    lengths (NaN: not priced yet); each request prices its misses in one cost-model call.
+    """The work model of one batch, memoised: ``work(pos, sizes, ulysses)`` equals ``sequence_work`` of those
+    lengths at the pricer's stages and ``overhead`` equals ``group_overhead``; one row per option (found through a
+    [size, ulysses] table) over the batch's distinct lengths, each request's misses priced in one call.
 
-    The work is read at ``stages``: every stage until :meth:`narrow` keeps those that are the heaviest
-    somewhere on the grid's probes; with the analytic model that is the last stage (the LM head and loss),
-    a third of the pricing at p = 4 (``narrow=False`` keeps every stage)."""
+    :meth:`narrow` keeps the stages that are the heaviest somewhere on the grid's probes (with the analytic model
+    the last); pricing every stage instead plans the 2,048 × 256 cell 12% slower (15.8 against 13.9 ms, one
+    process). :meth:`estimate` reads a class's work off the grid for the fill's ranking; pricing it instead: 24%
+    slower (18.3 ms). tests/policies/test_hydra_speed.py holds the plans to a pricer that prices every request
+    afresh at every stage."""
 
     def __init__(self, lengths: np.ndarray, cost_model: CostModel, narrow: bool = True) -> None:
         self.cost_model = cost_model
@@ -130,14 +131,10 @@ class Pricer:
 
 @dataclass(frozen=True)
 class WorkGrid:
-    """Work on a geometric grid of lengths × the allowed degrees, for choosing τ, m and degrees.
-
-    ``work[j, k]`` is the per-rank work of a sequence of ``lengths[j]`` tokens at degree ``degrees[k]`` with
-    the engine ``ulysses[j, k]`` that makes its load alone (work + ``overhead[j, k]``) smallest; ``fits[j, k]``
-    says whether lengths[j] / degrees[k] tokens fit the per-rank budget. Sequences map to the grid point at
-    or above their length (``cell``) and carry a weight ``scale`` ≈ work(L) / work(grid point) from the local
-    power law, so that sums over a cell are accurate.
-    """
+    """Work on a geometric grid of lengths × the allowed degrees: ``work[j, k]`` of a sequence of ``lengths[j]``
+    tokens at degree ``degrees[k]`` with the engine ``ulysses[j, k]`` whose load alone (work + ``overhead``) is the
+    smallest; ``fits``: whether it fits the per-rank budget. Each sequence maps to the grid point at or above its
+    length (``cell``) with a weight ``scale`` ≈ work(L) / work(grid point) from the local power law."""
 
     lengths: np.ndarray  # [G] int64 ascending
     degrees: np.ndarray  # [K]
