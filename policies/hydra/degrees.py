@@ -29,11 +29,9 @@ OPTION_KEY = 1 << 20  # a group option (size, ulysses) as one integer: size · O
 
 
 def sorted_unique(a: np.ndarray) -> np.ndarray:
-    """``np.unique(a)`` by a sort and a mask: numpy ≥ 2.3 hashes integers in ``np.unique`` (no
-    ``return_inverse``): 0.51 ms against 0.04 ms for 3,000 integers (numpy 2.4); HyDra calls it about 15 times a
-    plan at the 2,048 × 256 benchmark cell (tests/policies/test_hydra_structure.py holds it to ``np.unique``)."""
-    a = np.sort(a, axis=None)
-    return a[np.concatenate(([True], a[1:] != a[:-1]))] if a.size > 1 else a
+    """``np.unique(a)`` (flattened, sorted) through ``return_inverse``, which takes numpy's sort path: without
+    it numpy ≥ 2.3 hashes integers, 0.74 against 0.10 ms at 3,000 (numpy 2.4)."""
+    return np.unique(a, return_inverse=True)[0]
 
 
 def engine_options(size: int, cp_engine: str, job: JobSpec) -> tuple[int, ...]:
