@@ -13,7 +13,6 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ulysses_degrees_of
 from dcpsim.policies.errors import PolicyError
@@ -82,7 +81,7 @@ def cell_degrees(grid: WorkGrid, tm: TargetModel, tau):
     smallest load alone) and whether the cell is heavy. For one τ: ([G], [G]); for an array of τ: ([n, G],
     [n, G])."""
     ok = grid.alone()[None, :, :] <= np.atleast_1d(tau)[:, None, None]
-    heavy = ~ok.any(axis=2)
+    heavy = np.logical_not(ok.any(axis=2))
     k = np.where(heavy, tm.heavy_k[None, :], np.argmax(ok, axis=2))
     return (k[0], heavy[0]) if np.ndim(tau) == 0 else (k, heavy)
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from dcpsim.policies.hydra.fill import Filled, fill as fill_phase
+from dcpsim.policies.hydra.fill import Filled
+from dcpsim.policies.hydra.fill import fill as fill_phase
 from dcpsim.policies.hydra.target import pack_heavy
 
 PROBES = 8  # bins passed over per class and sequence when only the token budget fails

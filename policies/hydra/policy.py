@@ -25,19 +25,28 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
 import numpy as np
-
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.hydra.order import balance_columns
-from dcpsim.policies.hydra.degrees import (allowed_degrees, engine_options, group_engines, planning_engines_many,
-                                           sequence_degrees_many, sorted_unique)
-from dcpsim.policies.hydra.order import best_order, candidate_orders, height_profiles, makespans
+from dcpsim.policies.hydra.degrees import (
+    allowed_degrees,
+    engine_options,
+    group_engines,
+    planning_engines_many,
+    sequence_degrees_many,
+    sorted_unique,
+)
+from dcpsim.policies.hydra.order import (
+    balance_columns,
+    best_order,
+    candidate_orders,
+    height_profiles,
+    makespans,
+)
 from dcpsim.policies.hydra.placement import Layout, place
-from dcpsim.policies.hydra.target import TargetChoice, TargetSearch, choose_target
-from dcpsim.policies.hydra.target import build_target_model
 from dcpsim.policies.hydra.pricing import prices_fixed_costs, rank_loads
+from dcpsim.policies.hydra.target import TargetChoice, TargetSearch, build_target_model, choose_target
 from dcpsim.policies.hydra.work import Pricer, WorkGrid, build_grid
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy

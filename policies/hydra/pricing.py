@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.policies.plan import Plan
 
@@ -43,31 +42,22 @@ def prices_fixed_costs(cost_model: CostModel) -> bool:
     return bool(getattr(getattr(cost_model, "terms", None), "fixed_costs", True))
 
 
-def _stage_totals(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
-                  stage: int) -> np.ndarray:
-    """[n]: time (s) of each length alone in a group of ``sizes`` ranks (inner Ulysses ``ulysses``) at
-    ``stage``, through the protocol's ``group_costs``."""
+def class_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
+                classes: tuple[int, ...], option: np.ndarray | None = None) -> list[np.ndarray]:
+    """Time (s) of each length alone in a group of ``sizes`` ranks (pool rank 0 on) with inner Ulysses degree
+    ``ulysses``, one row per stage of ``classes`` (distinct stage classes), in one cost-model call where the
+    model offers ``alone_stage_totals``, else through ``group_costs``; with ``option``, ``sizes`` and
+    ``ulysses`` are per option and length j is priced at option ``option[j]``."""
+    several = getattr(cost_model, "alone_stage_totals", None)
+    if several is not None:
+        return several(lengths, sizes, ulysses, classes, None, option)
+    if option is not None:
+        sizes, ulysses = np.asarray(sizes)[option], np.asarray(ulysses)[option]
     n = len(lengths)
     gb = GroupBatch(seq_len=np.asarray(lengths, dtype=np.int64), seq_group=np.arange(n, dtype=np.int64),
                     size=np.asarray(sizes, dtype=np.int64), ulysses=np.asarray(ulysses, dtype=np.int64),
                     first_rank=np.zeros(n, dtype=np.int64))
-    return np.asarray(cost_model.group_costs(gb, stage).total_s, dtype=np.float64)
-
-
-def class_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,
-                classes: tuple[int, ...], prefix: tuple[int | None, ...] | None = None,
-                option: np.ndarray | None = None) -> list[np.ndarray]:
-    """Time (s) of each length alone in a group of ``sizes`` ranks with inner Ulysses degree ``ulysses``, one
-    row per stage of ``classes`` (distinct stage classes, :func:`stage_classes_of`), in one cost-model call
-    where the model offers ``alone_stage_totals``. Row i prices the first ``prefix[i]`` lengths (None: all);
-    with ``option``, ``sizes`` and ``ulysses`` are per option and length j is priced at option ``option[j]``."""
-    several = getattr(cost_model, "alone_stage_totals", None)
-    if several is not None:
-        return several(lengths, sizes, ulysses, classes, prefix, option)
-    if option is not None:
-        sizes, ulysses = np.asarray(sizes)[option], np.asarray(ulysses)[option]
-    ks = prefix or (None,) * len(classes)
-    return [_stage_totals(lengths[:k], sizes[:k], ulysses[:k], cost_model, c) for c, k in zip(classes, ks)]
+    return [np.asarray(cost_model.group_costs(gb, c).total_s, dtype=np.float64) for c in classes]
 
 
 def block_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel,

@@ -24,11 +24,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-
 from dcpsim.policies.hydra.degrees import cell_degrees
 from dcpsim.policies.hydra.order import best_makespans, ramped
 from dcpsim.policies.hydra.work import WorkGrid
-
 
 
 @dataclass(frozen=True)
@@ -258,12 +256,12 @@ class TargetSearch:
         level = np.where(none, 0.0, tau)
         est = m_eff * level + hsum + (self.pp - 1) * np.maximum(level, hmax)
         out = []
-        for i, m in enumerate(ms.tolist()):
-            if m not in self._solved:
-                h = sets[i].heights
-                self._solved[m] = TargetChoice(float(tau[i]), float(level[i]), int(m_eff[i]), len(h), h,
-                                               float(light_tokens[i]), float(est[i]))
-            out.append(self._solved[m])
+        for q, count in enumerate(ms.tolist()):
+            if count not in self._solved:
+                h = sets[q].heights
+                self._solved[count] = TargetChoice(float(tau[q]), float(level[q]), int(m_eff[q]), len(h), h,
+                                               float(light_tokens[q]), float(est[q]))
+            out.append(self._solved[count])
         return out
 
     def at(self, m_light: int) -> TargetChoice:
@@ -273,7 +271,7 @@ class TargetSearch:
         return self._solved[m_light] if m_light in self._solved else self.many(np.array([m_light]))[0]
 
 
-def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: int,
+def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: float,
                   num_microbatches: int | None = None, span: int = 8,
                   capacity: float | None = None, ramp: bool = False, *,
                   search: TargetSearch | None = None) -> TargetChoice:

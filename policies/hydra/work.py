@@ -14,12 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.hydra.degrees import OPTION_KEY, engine_options, sorted_unique
-from dcpsim.policies.hydra.pricing import (MIN_WORK_S, block_times, group_overhead, prices_fixed_costs,
-                                           stage_classes_of, stage_times)
+from dcpsim.policies.hydra.pricing import (
+    MIN_WORK_S,
+    block_times,
+    group_overhead,
+    prices_fixed_costs,
+    stage_classes_of,
+    stage_times,
+)
+
 
 class Pricer:
     """The work model of one batch, memoised: ``work(pos, sizes, ulysses)`` equals ``sequence_work`` of those
