@@ -1,4 +1,4 @@
-"""The first version of HyDra's target search and 1F1B order helpers (policies/hydra_target.py and
+"""The first version of HyDra's target search and 1F1B order helpers (then policies/hydra_target.py and
 policies/hydra_order.py at commit 04ede44, before the speed-up), kept verbatim as the slow reference that
 tests/policies/test_hydra_fast_paths.py compares the fast paths with, bit for bit. Only the names they call
 are pointed at this module (``best_order``, ``makespans``) or at the unchanged helpers of the package."""

@@ -1,4 +1,4 @@
-"""Pricer.estimate (policies/hydra_work.py) reads a per-option row interpolated once over every distinct length:
+"""Pricer.estimate (policies/hydra/work.py) reads a per-option row interpolated once over every distinct length:
 it gives, bit for bit, the grid's local power law at the requested positions alone (linear interpolation in
 log-log between the grid points, exact at them), whatever positions, repeats and order are asked; None for an
 option without a non-decreasing grid row."""

@@ -1,4 +1,4 @@
-"""HyDra's Pricer memo (policies/hydra_work.py: one [option, distinct length] table found through a (size,
+"""HyDra's Pricer memo (policies/hydra/work.py: one [option, distinct length] table found through a (size,
 ulysses) look-up) answers exactly what the work model prices, whatever the order of the requests, the mix of
 options in one request and how far the table grows (work_at_rows, the options looked up once, too); build_grid with a pricer (probes reused for their grid
 columns) gives the grid of the reference path without one; and the work model's numbers are those the version
