@@ -1,4 +1,4 @@
-"""The first version of HyDra's target search and 1F1B order helpers (policies/hydra_target.py and
+"""The first version of HyDra's target search and 1F1B order helpers (then policies/hydra_target.py and
 policies/hydra_order.py at commit 04ede44, before the speed-up), kept verbatim as the slow reference that
 tests/policies/test_hydra_fast_paths.py compares the fast paths with, bit for bit. Only the names they call
 are pointed at this module (``best_order``, ``makespans``) or at the unchanged helpers of the package."""
@@ -9,10 +9,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from dcpsim.policies.hydra_order import FORWARD_FRACTION, RAMP_FLOORS, _schedule, ramped
-from dcpsim.policies.hydra_msearch import REFINE_MAX, REFINE_WITHIN, STOP_ABOVE, TOKEN_SLACK, TargetChoice
-from dcpsim.policies.hydra_target import TargetModel, cell_degrees, pack_heavy, solve_tau
-from dcpsim.policies.hydra_grid import WorkGrid
+from dcpsim.policies.hydra.order import FORWARD_FRACTION, RAMP_FLOORS, _schedule, ramped
+from dcpsim.policies.hydra.target import REFINE_MAX, REFINE_WITHIN, STOP_ABOVE, TOKEN_SLACK, TargetChoice
+from dcpsim.policies.hydra.degrees import cell_degrees
+from dcpsim.policies.hydra.target import TargetModel, pack_heavy, solve_tau
+from dcpsim.policies.hydra.work import WorkGrid
 
 
 def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION) -> np.ndarray:
@@ -23,10 +24,11 @@ def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION) -> np.
     C, m = H.shape
     if m == 0:
         return np.zeros(C)
-    phase, mb, levels, dep, prev = _schedule(m, p)
+    phase, mb, _, level, dep, prev = _schedule(m, p)  # (the operations in level order: the structure only)
     dur = np.where(phase[:, None] == 0, phi, 1.0 - phi) * H.T[mb]  # [ops, C]
-    end = np.zeros((len(phase) + 1, C))  # the last row stays 0: the target of index −1
-    for ops in levels:
+    end = np.zeros((len(phase) + 1, C))  # the last row stays 0: the target of "none"
+    for lv in range(int(level.max()) + 1):
+        ops = np.flatnonzero(level == lv)
         end[ops] = np.maximum(end[dep[ops]], end[prev[ops]]) + dur[ops]
     return end.max(axis=0)
 
@@ -87,46 +89,6 @@ def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) 
     heavy = np.r_[np.ones(hv.size, dtype=bool), np.zeros(m_light, dtype=bool)]
     scores = [best_order(np.r_[hv, h], heavy, p, r)[1] for h, r in zip(profiles, ramps)]
     return profiles[int(np.argmin(np.asarray(scores) * (1 + 1e-9 * np.arange(len(scores)))))]
-
-
-def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.ndarray:
-    """Mirror aligned blocks so that every rank ends the iteration with a similar total load.
-
-    ``loads`` [m, W] is each rank's load per microbatch in run order, W a power of two and every group an
-    aligned block. Microbatch by microbatch, top-down over the binary tree of aligned blocks, the two halves
-    of a block swap places when that puts the half with more load of this microbatch on the half of the
-    columns that has carried less so far. A group never straddles a swapped boundary (it is aligned and
-    smaller than the block, or it contains the block), so every group stays an aligned block of the same
-    ranks' size. Returns ``pos`` [m, W]: the new rank of each old rank. O(m · W · log W), vectorised per level.
-    With ``slow`` ([W] slow-down factors ≥ 1, stragglers) the halves compare time, not load: a column's load
-    takes f times as long, and the halves swap when that lowers the larger of their projected times.
-    """
-    m, W = loads.shape
-    pos = np.tile(np.arange(W), (m, 1))
-    if W & (W - 1) or W == 1:
-        return pos
-    total = np.zeros(W)
-    for k in range(m):
-        idx = np.arange(W)  # idx[new position] = old rank
-        s = W // 2
-        while s >= 1:
-            blocks = idx.reshape(-1, 2, s)
-            have = loads[k][blocks].sum(axis=2)
-            if slow is None:
-                carried = total.reshape(-1, 2, s).sum(axis=2)
-                flip = ((have[:, 0] - have[:, 1]) * (carried[:, 0] - carried[:, 1])) > 0
-            else:  # per half: time carried, and the mean factor a load placed there runs at
-                carried = (total * slow).reshape(-1, 2, s).sum(axis=2)
-                f = slow.reshape(-1, 2, s).mean(axis=2)
-                stay = np.maximum(carried[:, 0] + have[:, 0] * f[:, 0], carried[:, 1] + have[:, 1] * f[:, 1])
-                swap = np.maximum(carried[:, 0] + have[:, 1] * f[:, 0], carried[:, 1] + have[:, 0] * f[:, 1])
-                flip = swap < stay
-            blocks[flip] = blocks[flip][:, ::-1, :]
-            idx = blocks.reshape(-1)
-            s //= 2
-        pos[k, idx] = np.arange(W)
-        total += loads[k][idx]
-    return pos
 
 
 class TargetSearch:

@@ -9,13 +9,14 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import Engine, PolicyError, create_policy, validate_plan
 from dcpsim.policies.hydra import HyDra, rank_loads
-from dcpsim.policies.hydra_order import best_order, candidate_orders, makespan, makespans
-from dcpsim.policies.hydra_bins import Packer
-from dcpsim.policies.hydra_placement import place
-from dcpsim.policies.hydra_target import build_target_model, cell_degrees, pack_heavy, solve_tau
-from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_options import allowed_degrees, engine_options
-from dcpsim.policies.hydra_work import group_overhead, sequence_work
+from dcpsim.policies.hydra.order import best_order, candidate_orders, makespan, makespans
+from dcpsim.policies.hydra.placement import Packer
+from dcpsim.policies.hydra.placement import place
+from dcpsim.policies.hydra.degrees import cell_degrees
+from dcpsim.policies.hydra.target import build_target_model, pack_heavy, solve_tau
+from dcpsim.policies.hydra.work import build_grid
+from dcpsim.policies.hydra.degrees import allowed_degrees, engine_options
+from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
 from dcpsim.policies.registry import available_policies, policy_options
 from dcpsim.traces.batching import GlobalBatch
 from dcpsim.traces.errors import TraceError
@@ -47,7 +48,7 @@ def test_registered_with_its_options() -> None:
     opts = policy_options("hydra")
     assert opts == {"cp_engine": "auto", "degrees": "auto", "min_cp_size": 1, "tolerance": 0.05,
                     "num_microbatches": None, "max_seqlen_per_rank": None, "profile": None,
-                    "m_candidates": None}
+                    "m_candidates": None, "target": "fixed-point"}
     assert isinstance(create_policy("hydra", cp_engine="ring"), HyDra)
 
 
@@ -178,19 +179,19 @@ def test_degree_never_below_the_memory_minimum() -> None:
 def test_class_list_stays_sorted_by_room_and_picks_the_roomiest_bin() -> None:
     pk = Packer(pool=4, budget=100.0, tau=1.0, tol=0.0, aligned=True, overhead={(1, 1): 0.0})
     k = pk.new_mb()
-    for _ in range(4):
-        pk.carve(k, 1, 1)
+    for i in range(4):
+        pk.carve(k, 1, 1, 100 + i, 0.0, 0.0)  # empty groups (a placeholder sequence of no work)
     pk.add(0, 0, 0.5, 10.0)
     pk.add(0, 1, 0.2, 10.0)  # bin 0 moved twice: it leaves the list and re-enters, never twice in it
     pk.add(1, 2, 0.3, 10.0)
     entries = pk.classes[(1, 1)]
     assert entries == sorted(entries) and sorted(g for _, g in entries) == [0, 1, 2, 3]
     assert [key for key, _ in entries] == pytest.approx([-1.0, -1.0, -0.7, -0.3])
-    room, gid = pk.best_in_class((1, 1), 0.1, 1.0, strict=False)
-    assert gid == 2 and room == pytest.approx(0.1 - 1.0)
+    gid = pk.best_in_class((1, 1), 0.1, 1.0, strict=False)
+    assert gid == 2
     pk.add(2, 3, 0.9, 1.0)
     pk.add(3, 4, 0.9, 1.0)
-    _, gid = pk.best_in_class((1, 1), 0.1, 1.0, strict=False)
+    gid = pk.best_in_class((1, 1), 0.1, 1.0, strict=False)
     assert gid == 1  # load 0.3, the roomiest now
     assert pk.best_in_class((1, 1), 0.9, 1.0, strict=False) is None  # nothing has room for 0.9
     assert pk.free == [(0, -1.0, k)]  # the microbatch, once, with no free ranks left
@@ -199,14 +200,12 @@ def test_class_list_stays_sorted_by_room_and_picks_the_roomiest_bin() -> None:
 def test_token_budget_sets_bins_aside_without_losing_them() -> None:
     pk = Packer(pool=2, budget=10.0, tau=1.0, tol=0.0, aligned=True, overhead={(1, 1): 0.0})
     k = pk.new_mb()
-    pk.carve(k, 1, 1)
-    pk.carve(k, 1, 1)
+    pk.carve(k, 1, 1, 100, 0.0, 0.0)
+    pk.carve(k, 1, 1, 101, 0.0, 0.0)
     pk.add(0, 0, 0.1, 9.0)  # roomiest by load, but nearly out of tokens
     pk.add(1, 1, 0.5, 1.0)
-    _, gid = pk.best_in_class((1, 1), 0.1, 5.0, strict=False)
-    assert gid == 1
-    _, gid = pk.best_in_class((1, 1), 0.1, 1.0, strict=False)
-    assert gid == 0  # set aside for the 5-token item, back in the heap for this one
+    assert pk.best_in_class((1, 1), 0.1, 5.0, strict=False) == 1
+    assert pk.best_in_class((1, 1), 0.1, 1.0, strict=False) == 0  # set aside for the 5-token item, back in the heap for this one
 
 
 def test_fill_balances_equal_items_like_lpt() -> None:
@@ -215,7 +214,8 @@ def test_fill_balances_equal_items_like_lpt() -> None:
     lay = place(pool=W, budget=1e9, tau=1.0, tol=0.05, aligned=True, lengths=np.full(n, 100),
                 sizes=np.ones(n, dtype=np.int64), ulysses=np.ones(n, dtype=np.int64), shares=shares,
                 heavy=np.zeros(n, dtype=bool), m_light=1, order_key=np.arange(n), overhead={(1, 1): 0.0},
-                fill=(1, 1), fill_work=lambda pos, s, u: np.full(len(pos), 0.01 / s))
+                fill=(1, 1), fill_work=lambda pos, s, u: np.full(len(pos), 0.01 / s),
+                fill_estimate=lambda pos, s, u: None)
     loads = np.sort(lay.load)
     assert loads[-1] - loads[0] <= 0.01 + 1e-12
     assert (lay.seq_group >= 0).all() and np.bincount(lay.seq_group).sum() == n

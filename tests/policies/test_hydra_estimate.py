@@ -1,4 +1,4 @@
-"""Pricer.estimate (policies/hydra_work.py) reads a per-option row interpolated once over every distinct length:
+"""Pricer.estimate (policies/hydra/work.py) reads a per-option row interpolated once over every distinct length:
 it gives, bit for bit, the grid's local power law at the requested positions alone (linear interpolation in
 log-log between the grid points, exact at them), whatever positions, repeats and order are asked; None for an
 option without a non-decreasing grid row."""
@@ -6,9 +6,11 @@ option without a non-decreasing grid row."""
 import numpy as np
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_options import allowed_degrees
-from dcpsim.policies.hydra_work import MIN_WORK_S, OPTION_KEY, Pricer
+from dcpsim.policies.hydra.work import build_grid
+from dcpsim.policies.hydra.degrees import allowed_degrees
+from dcpsim.policies.hydra.degrees import OPTION_KEY
+from dcpsim.policies.hydra.pricing import MIN_WORK_S
+from dcpsim.policies.hydra.work import Pricer
 from dcpsim.traces import get_preset
 
 

@@ -3,7 +3,7 @@
 The first version (tests/policies/_hydra_first_version.py, the code before the speed-up, kept verbatim) is the
 reference: ``TargetSearch.at`` for every light count, ``choose_target`` with and without a fixed count,
 ``makespans`` (one level sweep for several columns), ``candidate_orders``, ``height_profile`` (all profiles
-in one recurrence call) and ``balance_columns`` (block sums decided per level) must return the same numbers
+in one recurrence call) must return the same numbers
 bit for bit, on small batches of the 256k trace and on random inputs with ties.
 """
 
@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.policies import hydra_columns, hydra_msearch, hydra_order, hydra_target
-from dcpsim.policies.hydra_target import build_target_model, pack_heavy
-from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_options import allowed_degrees
-from dcpsim.policies.hydra_work import Pricer
+from dcpsim.policies.hydra import order as hydra_order, target as hydra_target
+hydra_msearch = hydra_target  # (the target search lives in target.py)
+from dcpsim.policies.hydra.target import build_target_model, pack_heavy
+from dcpsim.policies.hydra.work import build_grid
+from dcpsim.policies.hydra.degrees import allowed_degrees
+from dcpsim.policies.hydra.work import Pricer
 from dcpsim.traces import get_preset
 
 from . import _hydra_first_version as first
@@ -60,7 +61,7 @@ def test_target_search_matches_the_first_version(n: int, w: int, pp: int, seed: 
         res = new.many(counts[::-1])  # out of order: every count resolved on its own
         for i, m in enumerate(counts[::-1].tolist()):
             want = ref.at(m)
-            assert same(new.choice(res, i), want), (m, capacity)
+            assert same(res[i], want), (m, capacity)
             assert same(hydra_msearch.TargetSearch(grid, tm, w, pp, lengths, budget, capacity).at(m), want)
             heavy_seen += want.m_heavy > 0
         for span in (1, 8):
@@ -78,29 +79,8 @@ def test_target_search_matches_the_first_version(n: int, w: int, pp: int, seed: 
             assert same(hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity,
                                                     search=shared),
                         first.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity))
-        with pytest.raises(ValueError, match="search was built for other inputs"):
-            hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget + 1, 9, capacity=capacity, search=shared)
     if (n, w) == (256, 16):
         assert heavy_seen > 0  # the heavy-set path is exercised
-
-
-def test_heavy_heights_are_pack_heavys() -> None:
-    """The heights-only first fit equals pack_heavy's heights, and a hand-packed case: loads [3, 2, 1] of
-    8 ranks and 5 of 16 on 16 ranks: the 16 opens microbatch 0 (height 5), the 8s fill microbatch 1 two at a
-    time (3 and 2, height 3) and open microbatch 2 (height 1)."""
-    assert same(hydra_target.pack_heights(np.array([3.0, 2.0, 1.0, 5.0]), np.array([8, 8, 8, 16]), 16),
-                np.array([5.0, 3.0, 1.0]))
-    rng = np.random.default_rng(7)
-    for _ in range(300):
-        pool = int(rng.choice([8, 16, 18, 64]))
-        sizes = rng.choice([c for c in (1, 2, 3, 4, 8, 16, 64) if c <= pool], size=int(rng.integers(1, 30)))
-        loads = np.round(rng.random(len(sizes)), 1)  # ties
-        assert same(hydra_target.pack_heights(loads, sizes, pool), pack_heavy(loads, sizes, pool)[1])
-    for _ in range(40):  # many sequences: classes that leave free ranks (W mod c, a part-filled last one)
-        pool = int(rng.choice([24, 100, 256]))
-        sizes = rng.choice([c for c in (1, 3, 8, 16, 32, 64, 96, 128, 256) if c <= pool], size=int(rng.integers(30, 400)))
-        loads = np.round(rng.random(len(sizes)), 2)
-        assert same(hydra_target.pack_heights(loads, sizes, pool), pack_heavy(loads, sizes, pool)[1])
 
 
 @pytest.mark.parametrize("p", [1, 2, 4, 8])
@@ -113,26 +93,6 @@ def test_makespans_match_the_first_version(p: int) -> None:
         assert same(hydra_order.makespans(H, p), first.makespans(H, p))
     # a hand calculation: p = 1 runs F then B of each microbatch in turn, the makespan is Σh
     assert hydra_order.makespans(np.array([[1.0, 2.0, 4.0]]), 1)[0] == pytest.approx(7.0)
-
-
-@pytest.mark.parametrize("p", [1, 2, 4, 8])
-def test_makespans_scalar_and_level_sweeps_agree(p: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Python-float sweep (few rows) and the numpy level sweep give the same values bit for bit, with and
-    without stage scales, on heights with and without ties."""
-    rng = np.random.default_rng(100 + p)
-    mats = [3.0 * rng.random((int(rng.integers(1, 9)), m)) for m in (1, 3, 8, 17, 40)]
-    mats += [np.round(h, 1) for h in mats]
-    for scale in (None, 0.7 + 0.3 * rng.random(p)):
-        monkeypatch.setattr(hydra_order, "SCALAR_WORK", 0)  # every call: the level sweep
-        levels = hydra_order.makespans_many(mats, p, stage_scale=scale)
-        monkeypatch.setattr(hydra_order, "SCALAR_WORK", 10 ** 9)  # every call: the scalar sweep
-        scalar = hydra_order.makespans_many(mats, p, stage_scale=scale)
-        assert same(levels, scalar)
-        assert same(scalar[2], hydra_order.makespans(mats[2], p, stage_scale=scale))
-    # negative heights (a stage's ends may fall): the level sweep takes the largest end over every operation
-    neg = [h - 1.0 for h in mats[:5]]
-    monkeypatch.setattr(hydra_order, "SCALAR_WORK", 0)
-    assert all(same(t, first.makespans(h, p)) for t, h in zip(hydra_order.makespans_many(neg, p), neg))
 
 
 def test_ramped_is_the_numpy_formula() -> None:
@@ -180,22 +140,3 @@ def test_height_profiles_in_one_sweep_match_the_first_version() -> None:
             assert same(prof, first.height_profile(m_light, tau, hv, p)), (m_light, tau, hv, p)
     assert hydra_order.height_profiles([], 4) == []
 
-
-@pytest.mark.parametrize("W", [1, 2, 8, 64, 256, 24])
-def test_balance_columns_matches_the_first_version(W: int) -> None:
-    """Loads of aligned groups (equal within a group: many exact ties) and of single columns."""
-    rng = np.random.default_rng(W)
-    for trial in range(6):
-        m = int(rng.integers(1, 12))
-        loads = np.zeros((m, W))
-        for k in range(m):
-            r = 0
-            while r < W:
-                size = 1 << int(rng.integers(0, max(1, W.bit_length())))
-                while r % size or r + size > W:
-                    size //= 2
-                loads[k, r:r + size] = np.round(rng.random(), 1 if trial % 2 else 6)
-                r += size
-        assert same(hydra_columns.balance_columns(loads), first.balance_columns(loads))
-        slow = 1.0 + (rng.random(W) < 0.25) * rng.random(W)
-        assert same(hydra_columns.balance_columns(loads, slow), first.balance_columns(loads, slow))

@@ -1,4 +1,4 @@
-"""HyDra's Pricer memo (policies/hydra_work.py: one [option, distinct length] table found through a (size,
+"""HyDra's Pricer memo (policies/hydra/work.py: one [option, distinct length] table found through a (size,
 ulysses) look-up) answers exactly what the work model prices, whatever the order of the requests, the mix of
 options in one request and how far the table grows (work_at_rows, the options looked up once, too); build_grid with a pricer (probes reused for their grid
 columns) gives the grid of the reference path without one; and the work model's numbers are those the version
@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra_grid import WorkGrid, build_grid
-from dcpsim.policies.hydra_options import allowed_degrees
-from dcpsim.policies.hydra_work import Pricer, group_overhead, sequence_work
+from dcpsim.policies.hydra.work import WorkGrid, build_grid
+from dcpsim.policies.hydra.degrees import allowed_degrees
+from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
+from dcpsim.policies.hydra.work import Pricer
 from dcpsim.traces import get_preset
 
 
@@ -54,43 +55,6 @@ def test_memo_answers_equal_the_work_model_in_any_order(narrow):
         np.testing.assert_array_equal(pricer.overhead(sizes, uly), group_overhead(sizes, uly, cm))
     np.testing.assert_array_equal(pricer.overhead(3, 1), group_overhead(np.array([3]), np.array([1]), cm))
     assert pricer.work(np.zeros(0, dtype=np.int64), 4, 2).shape == (0,)
-
-
-def test_work_at_rows_equals_work_and_the_work_model():
-    # the options looked up once (option_rows) and repeated per sequence give work()'s numbers, which are
-    # sequence_work's; a pair not seen yet gets a row (past the table's first look-up: size 3, 512)
-    lengths, job, cm = _case(300, 256)
-    pricer = Pricer(lengths, cm)
-    rng = np.random.default_rng(8)
-    opts = np.array(OPTIONS + [(512, 8)])
-    for _ in range(5):
-        m = int(rng.integers(1, 200))
-        pos = rng.integers(0, len(lengths), m)
-        pick = rng.integers(0, len(opts), m)
-        rows = pricer.option_rows(opts[:, 0], opts[:, 1])
-        got = pricer.work_at_rows(pos, rows[pick])
-        np.testing.assert_array_equal(got, sequence_work(lengths[pos], opts[pick, 0], opts[pick, 1], cm))
-        np.testing.assert_array_equal(got, pricer.work(pos, opts[pick, 0], opts[pick, 1]))
-    assert pricer.work_at_rows(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)).shape == (0,)
-
-
-@pytest.mark.parametrize("n,w,terms,mode,engine", [
-    (600, 64, "all", "pow2", "auto"),
-    (300, 24, "legacy", "any", "auto"),
-    (500, 32, "all", "pow2", "ring"),
-    (5, 8, "all", "pow2", "hybrid"),  # a grid of a few points: probes cover it
-])
-def test_grid_with_pricer_equals_the_reference_grid(n, w, terms, mode, engine):
-    lengths, job, cm = _case(n, w, terms)
-    D = allowed_degrees(w, mode, 1, engine, job)
-    ref = build_grid(lengths, D, engine, job, cm, job.max_tokens_per_rank)
-    fast = build_grid(lengths, D, engine, job, cm, job.max_tokens_per_rank, pricer=Pricer(lengths, cm))
-    for f in dataclasses.fields(WorkGrid):
-        if f.name != "stage_scale":  # read off the pricer's probes: only the pricer path has it
-            np.testing.assert_array_equal(getattr(fast, f.name), getattr(ref, f.name), err_msg=f.name)
-    assert ref.stage_scale is None
-    assert fast.stage_scale is None if job.pp == 1 else (len(fast.stage_scale) == job.pp
-                                                         and fast.stage_scale.max() == pytest.approx(1.0))
 
 
 def test_work_model_golden_numbers():

@@ -9,7 +9,7 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import create_policy, validate_plan
 from dcpsim.policies.hydra import ANY_MAX_POOL, HyDra, rank_loads
-from dcpsim.policies.hydra_order import best_order, height_profile, makespan, makespans, ramped
+from dcpsim.policies.hydra.order import best_order, height_profile, makespan, makespans, ramped
 from dcpsim.policies.pipeline_order import stage_order
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import PolicyError, create_policy, validate_plan
 from dcpsim.policies.hydra import rank_loads
-from dcpsim.policies.hydra_options import allowed_degrees, engine_options
-from dcpsim.policies.hydra_work import group_overhead, sequence_work
+from dcpsim.policies.hydra.degrees import allowed_degrees, engine_options
+from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
 from dcpsim.traces.batching import GlobalBatch
 
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
-from dcpsim.policies import create_policy, hydra
-from dcpsim.policies import hydra_placement
+from dcpsim.policies import create_policy
+from dcpsim.policies.hydra import policy as hydra
+from dcpsim.policies.hydra import placement as hydra_placement
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
 

@@ -1,21 +1,22 @@
 """HyDra's fast paths give exactly what the reference paths give.
 
-* ``Pricer`` (policies/hydra_work.py) memoises the work model per distinct length × (size, engine) and, once
+* ``Pricer`` (policies/hydra/work.py) memoises the work model per distinct length × (size, engine) and, once
   narrowed, reads it only at the stages that are the heaviest on a probe subgrid: its prices must equal
   ``sequence_work`` / ``group_overhead`` (every stage, no memo) bit for bit.
-* The planner with the fast pricer (memo, narrowed stages, the fill's lower-bound screen) must return the
-  same plan as with a reference pricer that prices every request afresh at every stage and screens nothing.
+* The planner with the fast pricer (memo, narrowed stages) must return the same plan as with a reference
+  pricer that prices every request afresh at every stage.
 """
 
 import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.policies import hydra as hydra_mod
+from dcpsim.policies.hydra import policy as hydra_mod
 from dcpsim.policies.hydra import HyDra
-from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_options import allowed_degrees
-from dcpsim.policies.hydra_work import OPTION_KEY, Pricer, group_overhead, sequence_work
+from dcpsim.policies.hydra.work import build_grid
+from dcpsim.policies.hydra.degrees import allowed_degrees
+from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
+from dcpsim.policies.hydra.work import Pricer
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
 
@@ -41,15 +42,9 @@ class _ReferencePricer(Pricer):
         return sequence_work(self.lengths[pos], np.broadcast_to(sizes, (n,)), np.broadcast_to(ulysses, (n,)),
                              self.cost_model)
 
-    def work_at_rows(self, pos, rows):  # (the rows' options, priced afresh)
-        keys = self._row_key[np.asarray(rows, dtype=np.int64)]
-        return self.work(pos, keys // OPTION_KEY, keys % OPTION_KEY)
-
     def overhead(self, sizes, ulysses):
-        return group_overhead(np.asarray(sizes), np.asarray(ulysses), self.cost_model)
-
-    def lower(self, pos, size, ulysses):
-        return None
+        s, u = np.broadcast_arrays(np.asarray(sizes), np.asarray(ulysses))
+        return group_overhead(s.ravel(), u.ravel(), self.cost_model)
 
 
 def _signature(plan):
@@ -87,21 +82,6 @@ def test_pricer_keeps_every_stage_when_none_dominates():
     pos = np.arange(len(lengths))
     np.testing.assert_array_equal(pricer.work(pos, 4, 2), sequence_work(lengths, np.full(300, 4),
                                                                          np.full(300, 2), cm))
-
-
-def test_lower_bound_never_exceeds_the_price():
-    batch, job, cm = _case(2000, 256)
-    lengths = np.asarray(batch.lengths)
-    pricer = Pricer(lengths, cm)
-    build_grid(lengths, allowed_degrees(256, "pow2", 1, "auto", job), "auto", job, cm,
-               job.max_tokens_per_rank, pricer=pricer)
-    pos = np.arange(len(lengths))
-    for c, u in [(2, 1), (4, 4), (8, 8), (64, 8), (256, 8)]:
-        lo = pricer.lower(pos, c, u)
-        assert lo is not None
-        w = pricer.work(pos, c, u)
-        assert np.all(lo <= w)
-        assert np.median(lo / w) > 0.9  # a screen worth having: close below the price
 
 
 @pytest.mark.parametrize("n,w,trace,opts", [

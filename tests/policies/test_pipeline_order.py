@@ -41,7 +41,7 @@ def test_position_is_the_inverse_of_the_order(p: int, m: int) -> None:
 
 
 def test_simulator_and_hydra_use_this_definition() -> None:
-    import dcpsim.policies.hydra_order as hydra_order
+    import dcpsim.policies.hydra.order as hydra_order
     import dcpsim.sim.engine as engine
     import dcpsim.sim.simulate as simulate
 

@@ -1,53 +1,53 @@
-"""HyDra (DESIGN §4.3): load-driven dynamic context parallelism. The full story is in docs/hydra.md.
+"""HyDra: load-driven dynamic context parallelism (docs/hydra.md has the algorithm, why it is right, the map of
+this package and the measurements). One iteration's plan, in five steps, each its own module:
 
-One iteration's plan, in five steps:
+1. **Work** (:mod:`.work`, priced through :mod:`.pricing`): per-rank work w(L | c, u) of a grid of lengths ×
+   allowed degrees × engines, the group's fixed overhead split off.
+2. **Target and microbatch count** (:mod:`.target`, :mod:`.microbatches`): the closed-form τ(m) for every
+   candidate count, sequences too heavy to balance set apart; the m with the smallest 1F1B estimate.
+3. **Degrees and engines** (:mod:`.degrees`): the smallest allowed degree whose load alone meets τ; one
+   planning engine per degree.
+4. **Placement** (:mod:`.placement`, :mod:`.fill`): long sequences shape the groups, the rest fill them
+   largest first into the roomiest bin.
+5. **Order and columns** (:mod:`.order`, :mod:`.columns`, :func:`.degrees.group_engines`): each group's
+   Ulysses × ring split; the heavy block where the 1F1B recurrence puts it best; aligned halves mirrored so
+   that every rank's total load evens out.
 
-1. **Work.** Price a geometric grid of lengths × allowed degrees × engines with the cost model in one call
-   (:mod:`policies.hydra_work`): per-rank work w(L | c, u) = compute + exposed CP communication, with the
-   group's fixed overhead split off.
-2. **Target and m.** From the grid, the closed-form fixed point τ(m) = F(τ)/(W·m) + ō for every candidate
-   microbatch count, sequences too heavy to balance set apart; keep the m whose 1F1B estimate
-   Σh + (p−1)·max h is smallest (:mod:`policies.hydra_target`, :mod:`policies.hydra_msearch`).
-3. **Degrees.** Each sequence gets the smallest allowed degree ≥ its memory minimum whose load alone meets τ
-   (exactly re-priced), so long sequences get more ranks than memory asks for.
-4. **Placement.** Lazy heaps of bins: long sequences shape the groups, the rest fill them largest-first into
-   whichever bin keeps the most room (:mod:`policies.hydra_placement`).
-5. **Engines, order, columns.** Each group keeps the Ulysses × ring split (u, r) that minimises its priced
-   load (Ulysses inside a node, ring across); the heavy microbatches run as one block where the 1F1B
-   recurrence puts them best; aligned halves are mirrored so every rank's total load evens out
-   (:mod:`policies.hydra_order`, :mod:`policies.hydra_columns`).
-
-``degrees="auto"`` (the default) runs the five steps for power-of-two degrees and, on pools of at most
-``ANY_MAX_POOL`` ranks, for every degree too, and keeps the plan whose ranks' own load columns run fastest
-through the 1F1B recurrence (``meta["columns_s"]``; each stage at its share of the heaviest stage's time,
-``WorkGrid.stage_scale``).
-
-``rank_loads(plan, batch, cost_model)`` prices any plan with the same work model ([microbatch, rank] seconds);
-``plan.meta`` records the target ``target_s``, ``tolerance``, ``num_microbatches`` (and the chosen count),
-the per-microbatch capacities ``microbatch_caps_s``, the budget ``max_tokens_per_rank`` and the 1F1B estimate.
+``degrees="auto"`` (the default) plans power-of-two degrees and, on pools of at most ``ANY_MAX_POOL`` ranks,
+every degree too, and keeps the plan whose ranks' own load columns run fastest through the 1F1B recurrence
+(``meta["columns_s"]``). ``plan.meta`` records the target ``target_s``, the counts, the per-microbatch
+capacities ``microbatch_caps_s``, the budget and the 1F1B estimate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
 import numpy as np
-
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
 from dcpsim.policies.errors import PolicyError
-from dcpsim.policies.hydra_columns import balance_columns
-from dcpsim.policies.hydra_degrees import group_engines, planning_engines_many, sequence_degrees_many
-from dcpsim.policies.hydra_order import best_order, candidate_orders, height_profiles, makespans
-from dcpsim.policies.hydra_placement import Layout, place
-from dcpsim.policies.hydra_msearch import TargetChoice, TargetSearch, choose_target
-from dcpsim.policies.hydra_target import build_target_model
-from dcpsim.policies.hydra_grid import build_grid
-from dcpsim.policies.hydra_options import allowed_degrees, engine_options
-from dcpsim.policies.hydra_work import Pricer, prices_fixed_costs, rank_loads, sorted_unique
+from dcpsim.policies.hydra.degrees import (
+    allowed_degrees,
+    engine_options,
+    group_engines,
+    planning_engines_many,
+    sequence_degrees_many,
+    sorted_unique,
+)
+from dcpsim.policies.hydra.order import (
+    balance_columns,
+    best_order,
+    candidate_orders,
+    height_profiles,
+    makespans,
+)
+from dcpsim.policies.hydra.placement import Layout, place
+from dcpsim.policies.hydra.pricing import prices_fixed_costs, rank_loads
+from dcpsim.policies.hydra.target import TargetChoice, TargetSearch, build_target_model, choose_target
+from dcpsim.policies.hydra.work import Pricer, WorkGrid, build_grid
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
 from dcpsim.policies.registry import check_options, option, register_policy
 
@@ -56,9 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HyDra", "rank_loads"]
 
-# degrees="auto" plans degrees="any" too on pools of at most this many ranks (its grid prices every degree
-# 1..W: auto takes 2-5x the planning time of pow2 alone on the shipped scenarios, W = 16 to 88; larger pools,
-# such as the speed benchmark's W = 256, plan pow2 alone)
+# degrees="auto" plans "any" too on pools of at most this many ranks (its grid prices every degree 1..W)
 ANY_MAX_POOL = 128
 
 
@@ -74,22 +72,18 @@ class _Draft(NamedTuple):
     n_heavy: int
 
 
-# A plan's rank blocks and engines, shared by every plan of the process: both are immutable and depend on two
-# integers only (the blocks of one pool recur in every iteration's plan; bounded: W · log W aligned blocks, at
-# most 2^16 kept)
-_engine = lru_cache(maxsize=1 << 12)(engine_from_ulysses)
+class _Context(NamedTuple):
+    """What every draft of one plan shares."""
 
-
-@lru_cache(maxsize=1 << 16)
-def _block(first: int, size: int) -> tuple[int, ...]:
-    """The ranks first, …, first + size − 1."""
-    return tuple(range(first, first + size))
-
-
-def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
-    """``np.argsort(keys, kind="stable")`` for integer keys in [0, bound): a radix sort on 16-bit keys when they
-    fit (the same permutation: a stable sort's is unique)."""
-    return np.argsort(keys.astype(np.int16) if bound <= 1 << 15 else keys, kind="stable")
+    job: JobSpec
+    W: int
+    M: int
+    D: np.ndarray  # allowed degrees
+    ids: np.ndarray
+    lengths: np.ndarray
+    slow: np.ndarray | None
+    pricer: Pricer
+    stage_scale: np.ndarray | None
 
 
 def _heights(keys: list[int], n_mbs: int, mb: np.ndarray, load: np.ndarray) -> np.ndarray:
@@ -119,12 +113,8 @@ def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
 @register_policy("hydra")
 @dataclass(frozen=True)
 class HyDra:
-    """Load-driven DCP: one closed-form load target, degrees from load, lazy-heap placement, hybrid engine.
-
-    Options: ``cp_engine`` ring | ulysses | hybrid | auto (per group, priced); ``degrees`` pow2 | any | auto;
-    ``min_cp_size``; ``tolerance`` (a rank's load may exceed τ by this fraction); ``num_microbatches``
-    (None: chosen for 1F1B); ``max_seqlen_per_rank`` (None: the cost model's memory budget).
-    """
+    """Load-driven DCP: one closed-form load target, degrees from load, placement by sorted lists and heaps,
+    the hybrid engine per group (module docstring; the options below)."""
 
     cp_engine: str = option("auto", choices=ENGINE_CHOICES)
     # auto: pow2, and on pools of ≤ ANY_MAX_POOL ranks also any; the plan with the smaller columns_s is kept
@@ -138,6 +128,9 @@ class HyDra:
     profile: bool | None = None
     # microbatch counts planned: m, ⌈m/2⌉, …, ⌈m/k⌉, the best by the recurrence; None: 3 (1 without fixed costs)
     m_candidates: int | None = option(None, ge=1)
+    # how τ follows from the batch's rank-work F (target.solve_tau): the closed-form fixed point, or "mean"
+    # (τ = the mean load per slot at the smallest loads alone, no fixed point: a researcher's variant)
+    target: Literal["fixed-point", "mean"] = "fixed-point"
     name: ClassVar[str]  # set by @register_policy
 
     def __post_init__(self) -> None:
@@ -145,14 +138,9 @@ class HyDra:
 
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
         if self.degrees == "auto":
-            # Odd degrees let long sequences take the ranks their load needs, not the next power of two
-            # (prod-2048-256k seed 2: 3.4% faster), yet lose elsewhere (default seed 1: 6% slower); the target
-            # estimate before placement misjudges which (docs/hydra.md §13), the finished plans do not: plan
-            # both and keep the better one (on pools of ≤ ANY_MAX_POOL ranks, where any's grid is cheap).
-            # The any pass also plans the pow2 plan's chosen count (its own pick of m runs low at times:
-            # h100-512-256k seed 0, 21 where 29 is 2% faster).
-            # The two are compared by ``columns_s``: the recurrence run by every rank's own loads (after
-            # pow2's mirroring, which evens the ranks' totals out and which the heights alone do not credit).
+            # Odd degrees let long sequences take the ranks their load needs (prod-2048-256k seed 2: 3.4%
+            # faster), yet lose elsewhere (default seed 1: 6% slower), and only the finished plans tell: plan
+            # both (any also at pow2's chosen count), keep the smaller ``columns_s`` (docs/hydra.md §13).
             both = job.pool <= ANY_MAX_POOL and prices_fixed_costs(cost_model)  # legacy: the first plans
             best = replace(self, degrees="pow2")._plan(batch, job, cost_model, columns=both)
             if both:
@@ -171,9 +159,6 @@ class HyDra:
         lengths = np.asarray(batch.lengths, dtype=np.int64)
         _check_batch(ids, lengths)
         W = job.pool
-        # Stragglers (cost_models.stragglers): a pool rank's factor is its slowest stage's (one plan for all
-        # stages); the target balances over the effective ranks Σ 1/f, groups on slow ranks hold less.
-        slow = job.slowdown().max(axis=0) if job.stragglers else None
         M = int(self.max_seqlen_per_rank or cost_model.max_tokens_per_rank())
         D = allowed_degrees(W, self.degrees, self.min_cp_size, self.cp_engine, job)
         kmin = np.searchsorted(M * D, lengths, side="left")  # smallest degree index with L ≤ M·c
@@ -183,33 +168,51 @@ class HyDra:
                 f"sequence id {int(ids[i])} has {int(lengths[i])} tokens, more than the largest allowed CP group "
                 f"holds: {int(D[-1])} ranks × {M} tokens per rank = {int(D[-1]) * M} (pool W = {W}, "
                 f"degrees = {self.degrees!r}, cp_engine = {self.cp_engine!r}); cut it or raise the budget")
-
+        # Stragglers (cost_models.stragglers): a pool rank's factor is its slowest stage's (one plan for all
+        # stages); the target balances over the effective ranks Σ 1/f, groups on slow ranks hold less.
+        slow = job.slowdown().max(axis=0) if job.stragglers else None
         pricer = Pricer(lengths, cost_model)
         grid = build_grid(lengths, D, self.cp_engine, job, cost_model, M, pricer=pricer)
         tm = build_target_model(grid)
         capacity = None if slow is None else float((1.0 / slow).sum())
-        search = TargetSearch(grid, tm, W, job.pp, lengths, M, capacity)  # shared by every count tried below
-        choice = choose_target(grid, tm, W, job.pp, lengths, M, self.num_microbatches, capacity=capacity,
-                               search=search)
+        search = TargetSearch(grid, tm, W, job.pp, lengths, M, capacity, rule=self.target)  # kept across counts
+        choices, profiles = self._choices(search, grid, job, extra_m)
+        # Every choice's degrees and planning engines, what they price priced together
+        degrees = sequence_degrees_many(grid, tm, [c.tau for c in choices], lengths, kmin, pricer)
+        engines_of = planning_engines_many([(D[k], u, heavy, c.tau) for (k, u, heavy), c in zip(degrees, choices)],
+                                           lengths, job, pricer, self.cp_engine)
+        ctx = _Context(job, W, M, D, ids, lengths, slow, pricer, grid.stage_scale)
+        # The score needs only the placement: engines and the Plan are made for the winner alone; a candidate
+        # whose groups before the fill already score no better than the best so far is cut short.
+        draft = self._draft(ctx, choices[0], degrees[0], engines_of[0], profiles[0])
+        assert draft is not None  # no bound: never cut short
+        for i in range(1, len(choices)):
+            other = self._draft(ctx, choices[i], degrees[i], engines_of[i], profiles[i], draft.score * (1 - 1e-9))
+            if other is not None and other.score < draft.score * (1 - 1e-9):
+                draft = other
+        engines = group_engines(draft.layout, job, pricer, self.cp_engine)
+        return self._assemble(W, job.pp, draft, engines, ids, M, grid.stage_scale, columns)
 
+    def _choices(self, search: TargetSearch, grid: WorkGrid, job: JobSpec,
+                 extra_m: tuple[int, ...]) -> tuple[list[TargetChoice], list[np.ndarray | None]]:
+        """The target choices to place (the 1F1B estimate's pick of m, then ⌈m/2⌉, …, ⌈m/k⌉ and ``extra_m``)
+        and the light microbatches' height profile of each (None: flat). The closed-form pick of m misses at
+        times (h100-512-256k seed 0: 85 microbatches, 36 is 8% faster): the finished layouts decide."""
+        s = search
+        choice = choose_target(s.grid, s.tm, s.W, s.pp, s.lengths, s.budget, self.num_microbatches,
+                               capacity=s.capacity, search=s)
         first_version = not grid.extra_overhead  # no fixed costs priced: plan as the first version did
         use_profile = (not first_version) if self.profile is None else self.profile
         candidates = (1 if first_version else 3) if self.m_candidates is None else self.m_candidates
-
-        # The closed-form pick of m misses at times (h100-512-256k seed 0: 85 microbatches, 36 is 8% faster):
-        # place ⌈m/2⌉ and ⌈m/3⌉ too and keep the layout whose own microbatch heights run fastest through the
-        # 1F1B recurrence (which ranks plans as the simulator does on the shipped scenarios; docs/hydra.md §5).
-        # The score needs only the placement: engines and the Plan are made for the winner alone. Their choices
-        # need no draft: all of them first, then every height profile in one recurrence sweep.
         choices = [choice]
         if self.num_microbatches is None:
             m0 = choice.m_light + choice.m_heavy
             tried = {m0}
-            counts = [-(-m0 // d) for d in range(2, candidates + 1)] + [m for m in extra_m if m not in tried]
-            for m_alt in counts:
+            for m_alt in [-(-m0 // d) for d in range(2, candidates + 1)] + [m for m in extra_m if m not in tried]:
                 if m_alt < 2 * job.pp or m_alt <= choice.m_heavy:
                     continue
-                alt = choose_target(grid, tm, W, job.pp, lengths, M, m_alt, capacity=capacity, search=search)
+                alt = choose_target(s.grid, s.tm, s.W, s.pp, s.lengths, s.budget, m_alt, capacity=s.capacity,
+                                    search=s)
                 m_got = alt.m_light + alt.m_heavy
                 if m_got in tried or (m_alt not in extra_m and m_got > m0):  # extra counts may exceed m
                     continue
@@ -221,51 +224,36 @@ class HyDra:
         for i, prof in zip(ramp, height_profiles([(choices[i].m_light, choices[i].tau, choices[i].heavy_heights)
                                                   for i in ramp], job.pp)):
             profiles[i] = prof
+        return choices, profiles
 
-        # Every choice's degrees and planning engines (each choice is placed below, in full or until cut off),
-        # what they price priced together: one cost-model call for all degrees, one for all engines.
-        degrees = sequence_degrees_many(grid, tm, [c.tau for c in choices], lengths, kmin, pricer)
-        engines_of = planning_engines_many([(D[k], u, heavy, c.tau) for (k, u, heavy), c in zip(degrees, choices)],
-                                           lengths, job, pricer, self.cp_engine)
+    def _draft(self, ctx: _Context, choice: TargetChoice, degrees: tuple, engines: tuple,
+               profile: np.ndarray | None, bound: float | None = None) -> _Draft | None:
+        """The placement of one choice with its light heights (None: flat), ordered and scored; None if its
+        groups before the fill already score at least ``bound`` (another draft's score: it cannot win)."""
+        tau, D, job = choice.tau, ctx.D, ctx.job
+        k, _, heavy = degrees
+        sizes = D[k]
+        u_seq, shares, ovh = engines
+        at_fill = np.flatnonzero((sizes == D[0]) & ~heavy)
+        fill = (int(D[0]), int(u_seq[at_fill[0]]) if at_fill.size
+                else engine_options(int(D[0]), self.cp_engine, job)[0])
+        if fill not in ovh:
+            ovh[fill] = float(ctx.pricer.overhead(np.array([fill[0]]), np.array([fill[1]]))[0])
+        n_profile = 0 if profile is None else len(profile)
 
-        def build(i: int, profile: np.ndarray | None, bound: float | None = None) -> _Draft | None:
-            """The draft of choice i with its light heights (None: flat); None if its groups before the fill
-            already score at least ``bound`` (another draft's score: this one cannot beat it)."""
-            choice = choices[i]
-            tau = choice.tau
-            heavy = degrees[i][2]
-            sizes = D[degrees[i][0]]
-            u_seq, shares, ovh = engines_of[i]
-            at_fill = np.flatnonzero((sizes == D[0]) & ~heavy)
-            fill = (int(D[0]), int(u_seq[at_fill[0]]) if at_fill.size
-                    else engine_options(int(D[0]), self.cp_engine, job)[0])
-            if fill not in ovh:
-                ovh[fill] = float(pricer.overhead(np.array([fill[0]]), np.array([fill[1]]))[0])
-
-            n_profile = 0 if profile is None else len(profile)
-
-            def prune(mb: list[int], load: list[float], caps: list[float], heavy_mbs: int) -> bool:
-                assert bound is not None  # passed to place only with a bound
-                return self._structure_bound(mb, load, caps, heavy_mbs, tau, job.pp, n_profile,
-                                             grid.stage_scale) >= bound
-            layout = place(pool=W, slowdown=slow, budget=M, tau=tau, tol=self.tolerance,
-                           aligned=self.degrees == "pow2", lengths=lengths, sizes=sizes, ulysses=u_seq, shares=shares, heavy=heavy,
-                           m_light=choice.m_light, order_key=ids, overhead=ovh, fill=fill, fill_work=pricer.work,
-                           light_heights=profile, fill_lower=pricer.lower,
-                           fill_estimate=pricer.estimate, prune=None if bound is None else prune)
-            if layout is None:
-                return None
-            keys, order, score = self._order(layout, tau, job.pp, n_profile, grid.stage_scale)
-            return _Draft(score, layout, keys, order, choice, int(heavy.sum()))
-
-        draft = build(0, profiles[0])
-        assert draft is not None  # no bound: never cut short
-        for i in range(1, len(choices)):
-            other = build(i, profiles[i], bound=draft.score * (1 - 1e-9))
-            if other is not None and other.score < draft.score * (1 - 1e-9):
-                draft = other
-        engines = group_engines(draft.layout, job, pricer, self.cp_engine)
-        return self._assemble(W, job.pp, draft, engines, ids, M, grid.stage_scale, columns)
+        def prune(mb: list[int], load: list[float], caps: list[float], heavy_mbs: int) -> bool:
+            assert bound is not None  # passed to place only with a bound
+            return self._structure_bound(mb, load, caps, heavy_mbs, tau, job.pp, n_profile,
+                                         ctx.stage_scale) >= bound
+        layout = place(pool=ctx.W, slowdown=ctx.slow, budget=ctx.M, tau=tau, tol=self.tolerance,
+                       aligned=self.degrees == "pow2", lengths=ctx.lengths, sizes=sizes, ulysses=u_seq,
+                       shares=shares, heavy=heavy, m_light=choice.m_light, order_key=ctx.ids, overhead=ovh,
+                       fill=fill, fill_work=ctx.pricer.work, light_heights=profile,
+                       fill_estimate=ctx.pricer.estimate, prune=None if bound is None else prune)
+        if layout is None:
+            return None
+        keys, order, score = self._order(layout, tau, job.pp, n_profile, ctx.stage_scale)
+        return _Draft(score, layout, keys, order, choice, int(heavy.sum()))
 
     # ---- step 5: order, plan ---------------------------------------------------------------------------
     def _order(self, layout: Layout, tau: float, pp: int, n_profile: int,
@@ -277,10 +265,7 @@ class HyDra:
         height = _heights(keys, len(layout.caps), layout.mb, layout.load)
         is_heavy = np.asarray(keys) < layout.heavy_mbs
         order, score = best_order(height, is_heavy, pp, ends) if keys else ([], 0.0)
-        if stage_scale is not None and keys:
-            # the score, each stage at its share of the heaviest stage's time (the LM head makes the last stage
-            # up to ~30% heavier: the others absorb part of the fill, drain and stalls); the order stays the
-            # one the unscaled recurrence picked
+        if stage_scale is not None and keys:  # the score with each stage at its share (the order stays)
             score = float(makespans(height[order][None, :], pp, stage_scale=stage_scale)[0])
         return keys, order, score
 
@@ -299,11 +284,8 @@ class HyDra:
 
     def _structure_bound(self, mb: list[int], load: list[float], caps: list[float], heavy_mbs: int, tau: float,
                          pp: int, n_profile: int, stage_scale: np.ndarray | None) -> float:
-        """A lower bound on the score :meth:`_order` gives the finished layout, from its groups before the fill
-        (phase A of :func:`~policies.hydra_placement.place`): the fill only adds load to groups, so every
-        microbatch's height only grows, and the 1F1B recurrence of a fixed order is monotone in every height.
-        The bound is the least stage-scaled makespan over the same candidate orders (every microbatch, empty
-        ones at height 0), at the heights so far."""
+        """A lower bound on :meth:`_order`'s score of the finished layout from its groups so far: the rest only
+        adds load, heights only grow and the recurrence of a fixed order is monotone in every height."""
         keys, ends = self._run_keys(list(range(len(caps))), caps, heavy_mbs, tau, n_profile)
         if not keys:
             return 0.0
@@ -330,22 +312,18 @@ class HyDra:
         # each group's first rank after the mirroring: the least of its block's new positions, one reduceat
         firsts = np.minimum.reduceat(pos.reshape(-1)[idx], offsets) if len(size) else np.zeros(0, dtype=np.int64)
         # the groups' sequence ids in placement order, and the groups by microbatch, then first rank
-        by_group = layout.placed[_stable_order(layout.seq_group[layout.placed], len(size))]
+        by_group = layout.placed[np.argsort(layout.seq_group[layout.placed], kind="stable")]
         count = np.bincount(layout.seq_group, minlength=len(size))
         ends_at = np.cumsum(count)
         id_tup = tuple(ids[by_group].tolist())  # (a slice of a tuple is the group's tuple)
-        go = _stable_order(rows * W + firsts, len(keys) * W)  # (microbatch, first rank): distinct
-        # each distinct engine and rank block once (blocks repeat across microbatches), then the groups in
-        # (microbatch, first rank) order, cut into microbatches
-        c_go = size[go]
-        e_key, e_of = np.unique(c_go * (W + 1) + engines[go], return_inverse=True)
-        engine_list = [_engine(k // (W + 1), k % (W + 1)) for k in e_key.tolist()]
-        b_key, b_of = np.unique(firsts[go] * (W + 1) + c_go, return_inverse=True)
-        block_list = [_block(k // (W + 1), k % (W + 1)) for k in b_key.tolist()]
+        go = np.argsort(rows * W + firsts, kind="stable")  # the groups by (microbatch, first rank): distinct
+        c_go, f_go = size[go].tolist(), firsts[go].tolist()
+        opts = list(zip(c_go, engines[go].tolist()))
+        engine_of = {k: engine_from_ulysses(*k) for k in set(opts)}  # (blocks and engines repeat: made once)
+        block_of = {k: tuple(range(k[0], k[0] + k[1])) for k in set(zip(f_go, c_go))}
         ends_go = ends_at[go]
         seqs = [id_tup[a:b] for a, b in zip((ends_go - count[go]).tolist(), ends_go.tolist())]
-        groups = CPGroup.many(list(map(block_list.__getitem__, b_of.tolist())), seqs,
-                              list(map(engine_list.__getitem__, e_of.tolist())))
+        groups = CPGroup.many([block_of[k] for k in zip(f_go, c_go)], seqs, [engine_of[k] for k in opts])
         cut = np.cumsum(np.bincount(rows, minlength=len(keys))).tolist()
         mbs = [groups[a:b] for a, b in zip([0] + cut[:-1], cut)]
         caps = [layout.caps[keys[i]] for i in order]
