@@ -18,7 +18,7 @@ raises); :func:`interleaved_group_size` picks N = p when p divides m (its defaul
 it accepts for that m, and a plan of fewer than p microbatches is a PlanError.
 
 This is the one definition of these orders in the project: the simulator (``sim.engine``, ``sim.simulate``)
-runs them, and HyDra's ordering model (``policies.hydra_order``) scores candidate microbatch orders with the
+runs them, and HyDra's ordering model (``policies.hydra.order``) scores candidate microbatch orders with the
 non-interleaved one. ``phase`` is 0 for a forward and 1 for a backward throughout.
 """
 

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from dcpsim.cost_models.presets import get_model
+from dcpsim.policies.flatten import flatten
 from dcpsim.real_runtime.attention import cp_attention, varlen_attention
 from dcpsim.real_runtime.data import ShardInputs, num_targets, shard_inputs
 from dcpsim.real_runtime.group_pool import GroupPool
@@ -107,15 +108,17 @@ def _attention_fn(inp: ShardInputs, comm: Any, backend: str) -> Callable[..., to
 
 
 def _my_microbatches(step: Step, rank: int, vocab: int, seed: int, device: torch.device):
-    """(microbatch index, group, inputs) for every microbatch this rank takes part in."""
-    length = step.length_of()
+    """(microbatch index, group, inputs) for every microbatch this rank takes part in, in plan order (the
+    plan flattened against its batch by ``policies.flatten``: groups in plan order, each group's sequences
+    with their lengths)."""
+    fp = flatten(step.plan, step.batch)
+    groups = [g for mb in step.plan.microbatches for g in mb.groups]  # FlatPlan's group order
     out = []
-    for k, mb in enumerate(step.plan.microbatches):
-        for g in mb.groups:
-            if rank in g.ranks:
-                inp = shard_inputs(g.seq_ids, [length[s] for s in g.seq_ids], g.size, g.ranks.index(rank),
-                                   vocab, seed)
-                out.append((k, g, inp.to(device)))
+    for gi in fp.member_group[fp.member_rank == rank].tolist():
+        g, seqs = groups[gi], slice(fp.seq_start[gi], fp.seq_start[gi + 1])
+        inp = shard_inputs(fp.seq_id[seqs].tolist(), fp.groups.seq_len[seqs].tolist(), g.size, g.ranks.index(rank),
+                           vocab, seed)
+        out.append((int(fp.group_mb[gi]), g, inp.to(device)))
     return out
 
 
@@ -238,14 +241,18 @@ def reference_losses(workload: Workload, cfg: TrainConfig, device: torch.device 
     losses = []
     for step in workload.steps:
         total = num_targets(step.batch.lengths)
-        length = step.length_of()
+        fp = flatten(step.plan, step.batch)
         _zero_grads(model)
         loss_sum = 0.0
-        for mb in step.plan.microbatches:
-            ids = [s for g in mb.groups for s in g.seq_ids]
-            if not ids:
+        for k in range(step.plan.num_microbatches):
+            groups = np.flatnonzero(fp.group_mb == k)
+            if not len(groups):
                 continue
-            inp = shard_inputs(ids, [length[s] for s in ids], 1, 0, spec.vocab, cfg.seed).to(device)
+            seqs = slice(fp.seq_start[groups[0]], fp.seq_start[groups[-1] + 1])  # the microbatch's groups, in order
+            if seqs.start == seqs.stop:
+                continue
+            inp = shard_inputs(fp.seq_id[seqs].tolist(), fp.groups.seq_len[seqs].tolist(), 1, 0, spec.vocab,
+                               cfg.seed).to(device)
             with _autocast(cfg, device):
                 logits = model(inp.tokens, inp.positions, _attention_fn(inp, None, cfg.attention_backend))
             loss = token_loss_sum(logits, inp.labels) / total
