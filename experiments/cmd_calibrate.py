@@ -21,14 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-
 from dcpsim.cost_models.calibration import Calibration, default_calibration, published_calibration
 from dcpsim.cost_models.errors import CalibrationError
 from dcpsim.cost_models.presets import get_gpu
 
 if TYPE_CHECKING:  # pandas and the fitting (scipy) load in run(): 'dcpsim --help' stays fast
     import pandas as pd
-
     from dcpsim.cost_models.fitting import FitReport
 
 NAME = "calibrate"
@@ -37,7 +35,13 @@ ORDER = 40
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("profiles", nargs="+", metavar="PROFILE.csv", help="profile tables (CSV) to fit")
+    p.add_argument("profiles", nargs="*", metavar="PROFILE.csv", help="profile tables (CSV) to fit")
+    p.add_argument("--runs", nargs="+", metavar="LOG",
+                   help="fit the efficiency parameters to measured steps instead (run logs, or importer inputs "
+                        "with --from; docs/validation.md); prints k-fold cross-validation")
+    p.add_argument("--from", dest="source", default="runlog", metavar="runlog|distca|megatron",
+                   help="with --runs: what the files are (default runlog)")
+    p.add_argument("--folds", type=int, default=5, help="with --runs: folds of the cross-validation (default 5)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.json",
                    help="where to write the calibration")
     p.add_argument("--gpu", default="h100", help="GPU preset whose calibration is the base (default h100)")
@@ -64,6 +68,12 @@ def _base(args: argparse.Namespace) -> Calibration:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.runs:
+        from dcpsim.experiments.replay.calibrate_runs import run_fit
+
+        return run_fit(args, _base)
+    if not args.profiles:
+        raise CalibrationError("calibrate: give profile tables (PROFILE.csv ...) or --runs LOG ...")
     from dcpsim.cost_models.fitting import fit_calibration
     from dcpsim.cost_models.profile_table import read_profiles
 
@@ -118,10 +128,9 @@ def report_text(report: FitReport) -> str:
 def write_plot(profile: pd.DataFrame, cal: Calibration, report: FitReport, path: str) -> None:
     """Measured points against fitted curves: attention (and GEMM) TFLOP/s against size; collectives' bus
     bandwidth against bytes."""
+    from dcpsim.cost_models.profile_table import ATTENTION_OPS, COMPUTE_OPS, row_size, row_tflops
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
-    from dcpsim.cost_models.profile_table import ATTENTION_OPS, COMPUTE_OPS, row_size, row_tflops
 
     compute_ops = COMPUTE_OPS
     has = {"attention": profile["op"].isin(ATTENTION_OPS).any(), "gemm": (profile["op"] == "gemm").any(),
