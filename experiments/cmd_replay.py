@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         print("\nworst iterations (predicted time by cost term, ms):")
         for i, t in zip(worst, terms):
             ds, r = rows[i]
-            parts = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in sorted(t.items(), key=lambda kv: -kv[1]))
+            parts = ", ".join(f"{k} {max(v, 0.0) * 1e3:.0f}" for k, v in sorted(t.items(), key=lambda kv: -kv[1]))
             print(f"  {ds} step {r.step}: {r.error:+.1%} (measured {r.measured_s * 1e3:.1f}, predicted "
                   f"{r.predicted_s * 1e3:.1f}): {parts}")
     if args.plot:

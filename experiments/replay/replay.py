@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from dcpsim.cost_models import AnalyticCostModel, Calibration, JobSpec, SpecError, get_gpu, get_model
+from dcpsim.cost_models import AnalyticCostModel, Calibration, JobSpec, ModelSpec, SpecError, get_gpu, get_model
 from dcpsim.experiments.replay.runlog import Iteration, LogError, RunLog
 from dcpsim.policies.errors import PlanError
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
@@ -43,8 +43,10 @@ def job_of(log: RunLog, origin: str = "run log") -> JobSpec:
     """The JobSpec of the logged job (model cut to ``layers`` when given; pool = dp × cp)."""
     j = log.job
     try:
-        model = get_model(j["model"])
+        model = ModelSpec(**j["model"]) if isinstance(j["model"], dict) else get_model(j["model"])
         gpu = get_gpu(j["gpu"])
+    except TypeError as e:
+        raise LogError(f"{origin}: job.model: {e}; expected ModelSpec fields") from None
     except SpecError as e:
         raise LogError(f"{origin}: job: {e}") from None
     if j.get("layers"):

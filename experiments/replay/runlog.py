@@ -9,7 +9,8 @@ Line 1 is the job record, every further line one iteration::
      "microbatches": [{"groups": [{"ranks": [0], "docs": [12786, 28848], "engine": "ring"}, ...],
                        "measured_s": null}]}
 
-``model`` is a preset or a model file (Hugging Face config.json or model TOML); ``layers`` (optional) cuts it
+``model`` is a preset, a model file (Hugging Face config.json or model TOML) or an object of ModelSpec
+fields; ``layers`` (optional) cuts it
 to that many decoder layers. The pool is ``dp × cp`` ranks (``0 .. dp·cp − 1``); each microbatch partitions
 them into CP groups, each group holding its documents (lengths in tokens) and its CP engine (``ring``,
 ``ulysses``, ``hybrid(u,r)``). ``measured_s`` is the iteration's measured time in seconds (what it covers:
@@ -148,9 +149,11 @@ def _fail(where: str, name: str, value: Any, valid: str) -> LogError:
 def _job(d: Any, where: str) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise _fail(where, "job", d, "an object with model, gpu, tp, pp, dp, cp")
-    for key in ("model", "gpu"):
-        if not isinstance(d.get(key), str) or not d[key]:
-            raise _fail(where, f"job.{key}", d.get(key), "a preset name or a file path")
+    if not (isinstance(d.get("model"), str) and d["model"]) and not isinstance(d.get("model"), dict):
+        raise _fail(where, "job.model", d.get("model"), "a preset name, a model file path or an object of "
+                    "ModelSpec fields (name, hidden, ffn, layers, heads, kv_heads, head_dim, vocab, ...)")
+    if not isinstance(d.get("gpu"), str) or not d["gpu"]:
+        raise _fail(where, "job.gpu", d.get("gpu"), "a GPU preset name")
     out = dict(d)
     for key in JOB_INTS:
         v = d.get(key, 1 if key in ("pp", "ep", "cp") else None)

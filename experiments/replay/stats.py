@@ -24,7 +24,7 @@ class ErrorStats:
 def error_stats(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray) -> ErrorStats:
     p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
     e = p / m - 1.0
-    corr = float(np.corrcoef(p, m)[0, 1]) if len(p) > 1 and np.std(p) > 0 and np.std(m) > 0 else float("nan")
+    corr = float(np.corrcoef(p, m)[0, 1]) if len(p) > 1 and np.std(p) > 1e-9 * abs(np.mean(p)) and np.std(m) > 0 else float("nan")
     return ErrorStats(len(p), float(np.mean(np.abs(e))), float(np.mean(e)), corr, float(np.max(np.abs(e))))
 
 
