@@ -12,7 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from dcpsim.cost_models import AnalyticCostModel, Calibration, JobSpec, ModelSpec, SpecError, get_gpu, get_model
+from dcpsim.cost_models import (
+    AnalyticCostModel,
+    Calibration,
+    JobSpec,
+    ModelSpec,
+    SpecError,
+    get_gpu,
+    get_model,
+)
 from dcpsim.experiments.replay.runlog import Iteration, LogError, RunLog
 from dcpsim.policies.errors import PlanError
 from dcpsim.policies.plan import CPGroup, Engine, Plan, make_plan
@@ -91,8 +99,8 @@ def check_log(log: RunLog, cost_model: AnalyticCostModel, origin: str = "run log
             validate_plan(plan, batch, max_tokens_per_rank=budget, kv_heads_per_rank=job.kv_heads_per_rank,
                           heads_per_rank=job.heads_per_rank)
         except PlanError as e:
-            raise LogError(f"{origin}: iteration {it.step}: {e} (memory budget {budget:,} tokens per rank for "
-                           f"{job.model.name} on {job.gpu.name} at TP{job.tp} PP{job.pp})") from None
+            raise LogError(f"{origin}: iteration {it.step}: {e} ({job.model.name} on {job.gpu.name} at TP{job.tp} "
+                           f"PP{job.pp})") from None
 
 
 def replay(log: RunLog, calibration: Calibration | None = None, origin: str = "run log",
