@@ -58,7 +58,7 @@ def test_fit_stays_in_bounds(tmp_path: Path) -> None:
     log = read_log(_synthetic(tmp_path, {"attention_scale": 0.1}))  # below the physical range
     gpu = get_gpu("h200")
     res = fit_runs([log], default_calibration(gpu), gpu, knobs=["attention_scale"], folds=2, prior=0.0)
-    lo, hi = KNOBS["attention_scale"].bounds(default_calibration(gpu).to_dict(), gpu)
+    lo, _hi = KNOBS["attention_scale"].bounds(default_calibration(gpu).to_dict(), gpu)
     assert res.values["attention_scale"] == pytest.approx(lo, rel=1e-6) and lo > 0.1
 
 
