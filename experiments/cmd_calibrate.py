@@ -42,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="source", default="runlog", metavar="runlog|distca|megatron",
                    help="with --runs: what the files are (default runlog)")
     p.add_argument("--folds", type=int, default=5, help="with --runs: folds of the cross-validation (default 5)")
+    p.add_argument("--knobs", metavar="NAME,...",
+                   help="with --runs: the parameters to fit (default all; list in docs/validation.md)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.json",
                    help="where to write the calibration")
     p.add_argument("--gpu", default="h100", help="GPU preset whose calibration is the base (default h100)")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dcpsim.cost_models import Calibration, CalibrationError
-from dcpsim.experiments.replay.fit import fit_report, fit_runs
+from dcpsim.experiments.replay.fit import KNOBS, fit_report, fit_runs
 from dcpsim.experiments.replay.replay import check_log, cost_model_of, job_of
 from dcpsim.experiments.replay.runlog import LogError
 from dcpsim.experiments.replay.sources import load_runs
@@ -31,7 +31,8 @@ def run_fit(args: argparse.Namespace, base_of: Callable[[argparse.Namespace], Ca
     for p, log in zip(args.runs, logs):
         check_log(log, cost_model_of(log, base, p), p)
     gpu = job_of(logs[0]).gpu
-    res = fit_runs(logs, base, gpu, folds=args.folds, name=args.name or f"{gpu_name}-fitted-to-runs",
+    knobs = [k.strip() for k in args.knobs.split(",") if k.strip()] if args.knobs else list(KNOBS)
+    res = fit_runs(logs, base, gpu, knobs=knobs, folds=args.folds, name=args.name or f"{gpu_name}-fitted-to-runs",
                    progress=lambda s: print(s, file=sys.stderr))
     out = Path(args.output)
     tmp = out.with_name(out.name + ".tmp")

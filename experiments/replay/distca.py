@@ -7,11 +7,16 @@ What a record is (read from ``test_e2e_combined.py``):
   ``model_path`` (DeepSeek-R1-Distill-Llama-8B = the Llama-3.1-8B shape; the model is cut to ``num_layers``).
   Megatron-Core with TransformerEngine, bf16, TP inside 8-GPU H200 nodes, one microbatch per iteration.
 * ``samples[i].samples``: the document-length lists the iteration drew; ``duration_ms``: the wall time of
-  ``N = 3`` calls of ``forward_backward_batch`` after warm-up, divided by N. One call is Megatron's
-  ``forward_backward_func`` over one microbatch (forward and backward; the DDP-wrapped model's gradient
-  reduction when Megatron's ``finalize_model_grads`` hook is set) followed by ``self.optimizer.step()``
-  (distributed Adam): the whole training step. dcpsim's simulated iteration covers the same: forward,
-  backward, gradient reduce-scatter + parameter all-gather, optimizer step.
+  ``N = 3`` calls of ``forward_backward_batch`` after 5 warm-up calls, divided by N (wall clock between
+  ``torch.cuda.synchronize()`` calls, a barrier before the stop). One call is Megatron-Core's
+  ``forward_backward_func`` over one microbatch (forward and backward), then ``self.optimizer.step()``
+  (the distributed optimizer's Adam step and its parameter all-gather). No DP gradient reduction: the model
+  is wrapped in Megatron DDP with ``overlap_grad_reduce`` False, and neither ``test_e2e_combined.py`` nor its
+  ``megatron_test_utils.py`` sets ``config.finalize_model_grads_func``, the hook through which
+  ``forward_backward_func`` reduces gradients. The logs say so (``grad_sync: false``) and the replay
+  leaves the simulated gradient reduce-scatter out; the rest of the simulated iteration (forward, backward,
+  parameter all-gather, optimizer step) is what was measured. Sequence parallelism is on (TP > 1), TP
+  communication is not overlapped (``tp_comm_overlap`` 0).
 
 Placement (``test_e2e_combined.py``):
 
@@ -34,8 +39,8 @@ from typing import Any
 from dcpsim.experiments.replay.runlog import Group, Iteration, LogError, RunLog
 
 K = 1024
-COVERS = ("forward_backward_batch: forward + backward of one microbatch (with DDP's gradient reduction) + "
-          "the distributed optimizer's step; wall time, mean of 3 repeats after warm-up")
+COVERS = ("forward_backward_batch: forward + backward of one microbatch, then the distributed optimizer's step "
+          "(parameter all-gather included); no DP gradient reduction; wall time, mean of 3 repeats after warm-up")
 SOURCE = "github hao-ai-lab/distca (branch e2e-make-slurm-script), tests/test_e2e_combined.py"
 MODEL = "llama3-8b"  # DeepSeek-R1-Distill-Llama-8B: the Llama-3.1-8B shape (hidden 4096, 32 heads, 8 KV heads)
 
@@ -108,7 +113,7 @@ def import_distca(path: str | Path, cp: int | None = None) -> RunLog:
         raise LogError(f"{p}: samples is empty; expected at least one measured iteration")
     job: dict[str, Any] = {"model": MODEL, "layers": cfg["num_layers"], "gpu": "h200", "tp": tp, "pp": 1,
                            "dp": dp, "cp": cp, "ep": 1, "tp_comm_overlap": 0.0,
-                           "attention_backend": None}
+                           "attention_backend": None, "grad_sync": False}
     meta = {"mode": mode, "file": p.name, "config": cfg}
     return RunLog(job, tuple(its), dataset=f"distca/{p.stem}", covers=COVERS, source=SOURCE, meta=meta)
 

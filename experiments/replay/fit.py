@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from dcpsim.cost_models import Calibration, GPUSpec
-from dcpsim.experiments.replay.replay import cost_model_of, plan_of
+from dcpsim.experiments.replay.replay import cost_model_of, predict
 from dcpsim.experiments.replay.runlog import LogError, RunLog
 from dcpsim.experiments.replay.stats import ErrorStats, error_stats, kfold_indices
-from dcpsim.sim.simulate import simulate_plan
 
 NVLINK_HEADROOM = 450.0 / 370.0  # NVLink 4 data sheet per direction / NCCL-achieved bus bandwidth (presets)
 
@@ -125,9 +124,7 @@ def _times(logs: Sequence[RunLog], cal: Calibration, rows: Sequence[np.ndarray] 
     for j, log in enumerate(logs):
         cm = cost_model_of(log, cal)
         idx = range(len(log.iterations)) if rows is None else rows[j]
-        for i in idx:
-            plan, batch = plan_of(log.iterations[int(i)], log.pool)
-            out.append(simulate_plan(plan, batch, cm).metrics.iteration_time_s)
+        out += [predict(log, log.iterations[int(i)], cm)[0] for i in idx]
     return np.asarray(out, dtype=np.float64)
 
 

@@ -4,12 +4,15 @@ No policy is involved: every logged microbatch becomes one microbatch of a :clas
 the logged documents on the logged ranks with the logged engine, and :func:`dcpsim.sim.simulate.simulate_plan`
 prices it with the analytic cost model of the logged job. The simulated iteration is what the simulator always
 simulates: forward and backward of every microbatch (1F1B over PP stages), the DP wait, the gradient
-reduce-scatter and parameter all-gather (distributed optimizer) and the optimizer step.
+reduce-scatter and parameter all-gather (distributed optimizer) and the optimizer step. A job logged with
+``"grad_sync": false`` measured no gradient reduction (DistCA's harness sets no ``finalize_model_grads_func``):
+its replay leaves the reduce-scatter out (:func:`predict`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from dcpsim.cost_models import (
@@ -112,13 +115,35 @@ def replay(log: RunLog, calibration: Calibration | None = None, origin: str = "r
     return replay_with(log, cm)
 
 
+def reduce_scatter_share(cost_model: AnalyticCostModel) -> float:
+    """The reduce-scatter's share of the simulated DP sync (gradient reduce-scatter + parameter all-gather of
+    the same bytes over the same ranks): 1/2 when the two link models are equal (both shipped calibrations'
+    network entries, where a DP pool across nodes syncs), else the bandwidth-bound share."""
+    job = cost_model.job
+    link = "network" if job.pool * job.tp > job.gpu.nvlink_domain else "nvlink"
+    rs, ag = cost_model.cal.link("reduce_scatter", link), cost_model.cal.link("all_gather", link)
+    if rs == ag:
+        return 0.5
+    return (1 / rs.busbw_gbs) / (1 / rs.busbw_gbs + 1 / ag.busbw_gbs)
+
+
+def predict(log: RunLog, it: Iteration, cost_model: AnalyticCostModel) -> tuple[float, Any]:
+    """(predicted seconds, the simulation's metrics) of one iteration: the simulated iteration, less the
+    gradient reduce-scatter when the log says the measured step had none (``job.grad_sync`` false)."""
+    plan, batch = plan_of(it, log.pool)
+    m = simulate_plan(plan, batch, cost_model).metrics
+    t = float(m.iteration_time_s)
+    if not log.job.get("grad_sync", True):
+        t -= float(m.dp_comm_s) * reduce_scatter_share(cost_model)
+    return t, m
+
+
 def replay_with(log: RunLog, cost_model: AnalyticCostModel) -> list[Replayed]:
     out = []
     for it in log.iterations:
-        plan, batch = plan_of(it, log.pool)
-        m = simulate_plan(plan, batch, cost_model).metrics
-        out.append(Replayed(it.step, it.measured_s, float(m.iteration_time_s), it.tokens, float(m.tp_comm_s),
-                            float(m.cp_comm_s), float(m.dp_comm_s)))
+        t, m = predict(log, it, cost_model)
+        out.append(Replayed(it.step, it.measured_s, t, it.tokens, float(m.tp_comm_s), float(m.cp_comm_s),
+                            float(m.dp_comm_s)))
     return out
 
 

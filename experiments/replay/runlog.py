@@ -11,7 +11,8 @@ Line 1 is the job record, every further line one iteration::
 
 ``model`` is a preset, a model file (Hugging Face config.json or model TOML) or an object of ModelSpec
 fields; ``layers`` (optional) cuts it
-to that many decoder layers. The pool is ``dp × cp`` ranks (``0 .. dp·cp − 1``); each microbatch partitions
+to that many decoder layers; ``grad_sync`` (default true) says whether the measured step included the DP
+gradient reduction; ``tp_comm_overlap`` and ``attention_backend`` are the JobSpec fields. The pool is ``dp × cp`` ranks (``0 .. dp·cp − 1``); each microbatch partitions
 them into CP groups, each group holding its documents (lengths in tokens) and its CP engine (``ring``,
 ``ulysses``, ``hybrid(u,r)``). ``measured_s`` is the iteration's measured time in seconds (what it covers:
 the job record's ``covers``). An iteration may instead give ``"plan"`` (a plan JSON, as ``dcpsim simulate
@@ -164,6 +165,9 @@ def _job(d: Any, where: str) -> dict[str, Any]:
         v = d["layers"]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise _fail(where, "job.layers", v, "a positive integer (decoder layers) or null")
+    if not isinstance(d.get("grad_sync", True), bool):
+        raise _fail(where, "job.grad_sync", d.get("grad_sync"), "true (the measured step reduced gradients over "
+                    "DP) or false")
     ov = d.get("tp_comm_overlap", 0.0)
     if isinstance(ov, bool) or not isinstance(ov, (int, float)) or not 0 <= ov <= 1:
         raise _fail(where, "job.tp_comm_overlap", ov, "a fraction between 0 and 1")

@@ -100,3 +100,12 @@ def test_plan_out_with_measured_times_is_a_valid_input(tmp_path: Path, capsys) -
 def test_single_iteration(tmp_path: Path) -> None:
     log = read_log(write_jsonl(tmp_path / "one.jsonl", [job_record(), iteration()]))
     assert len(replay(log)) == 1
+
+
+def test_a_step_without_gradient_reduction_leaves_the_reduce_scatter_out(tmp_path: Path) -> None:
+    records = [job_record(), iteration()]
+    with_sync = replay(read_log(write_jsonl(tmp_path / "a.jsonl", records)))[0]
+    records[0]["job"]["grad_sync"] = False
+    without = replay(read_log(write_jsonl(tmp_path / "b.jsonl", records)))[0]
+    assert with_sync.dp_comm_s > 0  # DP 2 across two 8-GPU nodes: network links, equal RS and AG models
+    assert without.predicted_s == pytest.approx(with_sync.predicted_s - with_sync.dp_comm_s / 2, rel=1e-12)
