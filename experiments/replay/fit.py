@@ -47,6 +47,11 @@ class Knob:
     step: float = 0.0  # finite-difference step for a value near 0 (seconds)
 
 
+def _sig(v: float) -> float:
+    """``v`` to 6 significant digits (as the kernel fit writes its numbers)."""
+    return float(f"{v:.6g}")
+
+
 def _peaks(d: dict) -> list[dict]:
     curves = [d["attn_fwd"], d["attn_bwd"]]
     for backend in d.get("attention", {}).values():
@@ -56,14 +61,14 @@ def _peaks(d: dict) -> list[dict]:
 
 def _scale_attention(base: dict, out: dict, v: float) -> None:
     for b, o in zip(_peaks(base), _peaks(out)):
-        o["peak_tflops"] = b["peak_tflops"] * v
+        o["peak_tflops"] = _sig(b["peak_tflops"] * v)
 
 
 def _scale_links(link: str) -> Callable[[dict, dict, float], None]:
     def apply(base: dict, out: dict, v: float) -> None:
         for k, m in base["comm"].items():
             if k.endswith(":" + link):
-                out["comm"][k]["busbw_gbs"] = m["busbw_gbs"] * v
+                out["comm"][k]["busbw_gbs"] = _sig(m["busbw_gbs"] * v)
     return apply
 
 
@@ -75,17 +80,17 @@ def _link_bounds(link: str, rate: Callable[[GPUSpec], float]) -> Callable[[dict,
 
 
 def _set_gemm(base: dict, out: dict, v: float) -> None:
-    out["gemm"]["peak_tflops"] = v
+    out["gemm"]["peak_tflops"] = _sig(v)
 
 
 def _set_layer(base: dict, out: dict, v: float) -> None:
     f, b = base["layer_overhead_fwd_s"], base["layer_overhead_bwd_s"]
-    out["layer_overhead_fwd_s"] = v
-    out["layer_overhead_bwd_s"] = v * (b / f if f > 0 else 1.0)
+    out["layer_overhead_fwd_s"] = _sig(v)
+    out["layer_overhead_bwd_s"] = _sig(v * (b / f if f > 0 else 1.0))
 
 
 def _set_mb(base: dict, out: dict, v: float) -> None:
-    out["microbatch_overhead_fwd_s"] = out["microbatch_overhead_bwd_s"] = v
+    out["microbatch_overhead_fwd_s"] = out["microbatch_overhead_bwd_s"] = _sig(v)
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
@@ -228,6 +233,7 @@ def fit_runs(logs: Sequence[RunLog], base: Calibration, gpu: GPUSpec, *, knobs: 
         say(f"fold {f + 1}/{k_eff}: refit on {len(train)} iterations, simulate {len(test_rows)}")
         xf = solve(t0[train], a[train], meas[train], x_at, start, bounds, prior)
         held[test_rows] = _times(logs, calibration_with(base, xf), test)
+    x = {k: float(f"{v:.4g}") for k, v in x.items()}  # the values reported are the values applied
     say(f"final: {len(meas)} simulations")
     desc = ", ".join(f"{k} {v:.4g}" for k, v in x.items())
     names = "; ".join(f"{log.dataset} ({len(log.iterations)})" for log in logs)
