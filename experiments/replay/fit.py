@@ -233,7 +233,8 @@ def fit_runs(logs: Sequence[RunLog], base: Calibration, gpu: GPUSpec, *, knobs: 
         say(f"fold {f + 1}/{k_eff}: refit on {len(train)} iterations, simulate {len(test_rows)}")
         xf = solve(t0[train], a[train], meas[train], x_at, start, bounds, prior)
         held[test_rows] = _times(logs, calibration_with(base, xf), test)
-    x = {k: float(f"{v:.4g}") for k, v in x.items()}  # the values reported are the values applied
+    # the values reported are the values applied: 4 significant digits, kept inside the bounds
+    x = {k: min(max(float(f"{v:.4g}"), bounds[k][0]), bounds[k][1]) for k, v in x.items()}
     say(f"final: {len(meas)} simulations")
     desc = ", ".join(f"{k} {v:.4g}" for k, v in x.items())
     names = "; ".join(f"{log.dataset} ({len(log.iterations)})" for log in logs)

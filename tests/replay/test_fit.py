@@ -35,10 +35,10 @@ def _synthetic(tmp_path: Path, truth: dict[str, float]) -> Path:
 def test_calibration_with_scales_what_it_names() -> None:
     base = default_calibration(get_gpu("h200"))
     cal = calibration_with(base, {"attention_scale": 0.5, "gemm_peak_tflops": 400.0, "nvlink_scale": 0.5})
-    assert cal.gemm.peak_tflops == 400.0 and cal.attn_fwd.peak_tflops == pytest.approx(base.attn_fwd.peak_tflops / 2)
+    assert cal.gemm.peak_tflops == 400.0 and cal.attn_fwd.peak_tflops == pytest.approx(base.attn_fwd.peak_tflops / 2, rel=1e-5)
     assert cal.attention["cudnn"].fwd_causal.peak_tflops == pytest.approx(
-        base.attention["cudnn"].fwd_causal.peak_tflops / 2)
-    assert cal.link("all_gather", "nvlink").busbw_gbs == pytest.approx(base.link("all_gather", "nvlink").busbw_gbs / 2)
+        base.attention["cudnn"].fwd_causal.peak_tflops / 2, rel=1e-5)
+    assert cal.link("all_gather", "nvlink").busbw_gbs == pytest.approx(base.link("all_gather", "nvlink").busbw_gbs / 2, rel=1e-5)
     assert cal.link("all_gather", "network").busbw_gbs == base.link("all_gather", "network").busbw_gbs
     assert calibration_with(base, {}).to_dict() == base.to_dict()
 
@@ -59,7 +59,7 @@ def test_fit_stays_in_bounds(tmp_path: Path) -> None:
     gpu = get_gpu("h200")
     res = fit_runs([log], default_calibration(gpu), gpu, knobs=["attention_scale"], folds=2, prior=0.0)
     lo, _hi = KNOBS["attention_scale"].bounds(default_calibration(gpu).to_dict(), gpu)
-    assert res.values["attention_scale"] == pytest.approx(lo, rel=1e-6) and lo > 0.1
+    assert lo <= res.values["attention_scale"] <= lo * 1.001 and lo > 0.1
 
 
 def test_cli_writes_a_calibration_replay_reads(tmp_path: Path, capsys) -> None:
