@@ -95,7 +95,7 @@ def _terms(logs, rows, worst, cal) -> list[dict[str, float]]:
     """Per worst iteration, its predicted seconds split by cost term (slope x effect per knob; the rest
     'other': latencies, optimizer step, ...)."""
     from dcpsim.cost_models import default_calibration
-    from dcpsim.experiments.replay.fit import KNOBS, _effect, decompose
+    from dcpsim.experiments.replay.fit import KNOBS, decompose, effect
     from dcpsim.experiments.replay.replay import job_of
 
     out = []
@@ -109,7 +109,7 @@ def _terms(logs, rows, worst, cal) -> list[dict[str, float]]:
         d = base.to_dict()
         values = {k: KNOBS[k].start(d) for k in KNOBS}
         t0, a = decompose([log], base, values)
-        parts = {TERM_LABELS[k]: float(a[0, n] * _effect(KNOBS[k], values[k])) for n, k in enumerate(values)}
+        parts = {TERM_LABELS[k]: float(a[0, n] * effect(KNOBS[k], values[k])) for n, k in enumerate(values)}
         parts["other"] = float(t0[0] - sum(parts.values()))
         out.append(parts)
     return out

@@ -133,7 +133,7 @@ def _times(logs: Sequence[RunLog], cal: Calibration, rows: Sequence[np.ndarray] 
     return np.asarray(out, dtype=np.float64)
 
 
-def _effect(knob: Knob, v: np.ndarray | float) -> np.ndarray:
+def effect(knob: Knob, v: np.ndarray | float) -> np.ndarray:
     v = np.asarray(v, dtype=np.float64)
     return 1.0 / v if knob.inverse else v
 
@@ -147,7 +147,7 @@ def decompose(logs: Sequence[RunLog], base: Calibration, values: dict[str, float
         knob, v = KNOBS[n], values[n]
         v2 = v * 1.1 if knob.inverse else v + max(0.1 * v, knob.step)
         t = _times(logs, calibration_with(base, {**values, n: v2}))
-        a[:, k] = (t - t0) / (_effect(knob, v2) - _effect(knob, v))
+        a[:, k] = (t - t0) / (effect(knob, v2) - effect(knob, v))
     return t0, a
 
 
@@ -159,14 +159,14 @@ def solve(t0: np.ndarray, a: np.ndarray, measured: np.ndarray, at: dict[str, flo
 
     names = list(at)
     knobs = [KNOBS[n] for n in names]
-    e_at = np.array([_effect(k, at[n]) for k, n in zip(knobs, names)])
+    e_at = np.array([effect(k, at[n]) for k, n in zip(knobs, names)])
     lo = np.array([bounds[n][0] for n in names])
     hi = np.array([bounds[n][1] for n in names])
     widths = hi - lo
     x0 = np.clip([at[n] for n in names], lo, hi)
 
     def resid(x: np.ndarray) -> np.ndarray:
-        e = np.array([_effect(k, xi) for k, xi in zip(knobs, x)])
+        e = np.array([effect(k, xi) for k, xi in zip(knobs, x)])
         t = np.maximum(t0 + a @ (e - e_at), 1e-9)
         pull = [np.log(xi / start[n]) if k.inverse else (xi - start[n]) / w
                 for k, n, xi, w in zip(knobs, names, x, widths)]
