@@ -8,6 +8,7 @@ result with 'dcpsim simulate --calibration FILE' or 'dcpsim compare --calibratio
 Examples:
   dcpsim calibrate my_profile.csv -o my_cluster.json --gpu h100 --report
   dcpsim calibrate attn.csv nccl.csv -o cal.json --kernel fa3 --head-dim 128 --plot fit.png
+  dcpsim calibrate --runs steps.jsonl -o my_cluster.json       # fit to measured steps (docs/validation.md)
   # regenerate the shipped H100 default (same as python -m dcpsim.cost_models.data.build_defaults):
   dcpsim calibrate cost_models/data/profile_h100.csv --gpu h100 --base published \\
       --name h100-reference-fit -o cost_models/data/calibration_h100.json
@@ -23,7 +24,15 @@ ORDER = 40
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("profiles", nargs="+", metavar="PROFILE.csv", help="profile tables (CSV) to fit")
+    p.add_argument("profiles", nargs="*", metavar="PROFILE.csv", help="profile tables (CSV) to fit")
+    p.add_argument("--runs", nargs="+", metavar="LOG",
+                   help="fit the efficiency parameters to measured steps instead (run logs, or importer inputs "
+                        "with --from; docs/validation.md); prints k-fold cross-validation")
+    p.add_argument("--from", dest="source", default="runlog", metavar="runlog|distca|megatron",
+                   help="with --runs: what the files are (default runlog)")
+    p.add_argument("--folds", type=int, default=5, help="with --runs: folds of the cross-validation (default 5)")
+    p.add_argument("--knobs", metavar="NAME,...",
+                   help="with --runs: the parameters to fit (default all; list in docs/validation.md)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.json",
                    help="where to write the calibration")
     p.add_argument("--gpu", default="h100", help="GPU preset whose calibration is the base (default h100)")
@@ -41,7 +50,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dcpsim.experiments.calibration.fit import calibrate_profiles
+    from dcpsim.cost_models.errors import CalibrationError
+    from dcpsim.experiments.calibration.fit import base_calibration, calibrate_profiles
+
+    if args.runs:
+        from dcpsim.experiments.replay.calibrate_runs import run_fit
+
+        return run_fit(args, lambda a: base_calibration(a.gpu, a.base))
+    if not args.profiles:
+        raise CalibrationError("calibrate: give profile tables (PROFILE.csv ...) or --runs LOG ...")
     from dcpsim.experiments.calibration.report import report_text, write_plot
 
     fit = calibrate_profiles(args.profiles, args.output, gpu=args.gpu, base=args.base, name=args.name,
