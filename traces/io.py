@@ -22,9 +22,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from dcpsim import userfile
 from dcpsim.traces import readers
 from dcpsim.traces.errors import TraceError
-from dcpsim.traces.trace import LENGTH_EXPECTED, STEP_EXPECTED, Trace, to_int64_column
+from dcpsim.traces.trace import LENGTH_EXPECTED, MAX_LENGTH, STEP_EXPECTED, Trace, to_int64_column
 
 __all__ = ["SUPPORTED_EXTENSIONS", "read_trace", "write_trace"]
 
@@ -64,17 +65,15 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     p = Path(path)
     source = str(p)
     reader = _READERS[_extension(p)]
-    if not p.exists():
-        raise TraceError(f"{source}: file not found; expected an existing trace file", source=source)
-    if not p.is_file():
-        raise TraceError(f"{source}: not a regular file; expected a trace file", source=source)
+    userfile.check_regular(p, readers.WHAT, error=TraceError)  # before any open: a FIFO must not block
     if p.stat().st_size == 0:
         raise TraceError(f"{source}: file is empty; expected at least one document length", source=source)
     raw_length, raw_step, lines = reader(p, source)
     if len(raw_length) == 0:
         raise readers.no_rows(source)
     lengths = to_int64_column(
-        raw_length, source=source, field="length", minimum=1, expected=LENGTH_EXPECTED, lines=lines
+        raw_length, source=source, field="length", minimum=1, expected=LENGTH_EXPECTED, lines=lines,
+        maximum=MAX_LENGTH,
     )
     step = None
     if raw_step is not None:

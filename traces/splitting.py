@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from dcpsim.traces._params import require_int
-from dcpsim.traces.trace import LENGTH_EXPECTED, to_int64_column
+from dcpsim.traces.trace import LENGTH_EXPECTED, MAX_LENGTH, to_int64_column
 
 
 def split_pieces(lengths: Any, context_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -31,7 +31,8 @@ def split_pieces(lengths: Any, context_len: int) -> tuple[np.ndarray, np.ndarray
         TraceError: ``context_len`` < 1, or a length that is not a whole number ≥ 1 (naming its row).
     """
     context = require_int(context_len, "context_len", 1, "split_long")
-    docs = to_int64_column(lengths, source="split_long", field="length", minimum=1, expected=LENGTH_EXPECTED)
+    docs = to_int64_column(lengths, source="split_long", field="length", minimum=1, expected=LENGTH_EXPECTED,
+                           maximum=MAX_LENGTH)
     counts = (docs + (context - 1)) // context
     doc = np.repeat(np.arange(docs.size, dtype=np.int64), counts)
     pieces = np.full(doc.size, context, dtype=np.int64)
