@@ -36,8 +36,8 @@ __all__ = ["MAX_BATCH_SEQS", "GlobalBatch", "form_batches", "sample_batches", "s
 
 MAX_BATCH_SEQS = 2**18
 """The most sequences one global batch may hold (262,144; the shipped scenarios hold a few thousand): planning
-and simulating a batch cost at least one step per sequence, so a batch of millions of tiny sequences (a 1-token context, ``--global-batch-seqs
-1000000``) would run for hours; it is refused with this limit named."""
+and simulating a batch cost at least one step per sequence, so a batch of millions of tiny sequences (a 1-token
+context, ``--global-batch-seqs 1000000``) would run for hours; it is refused with this limit named."""
 
 
 def _too_many(where: str, count: int, how: str) -> TraceError:
