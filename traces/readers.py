@@ -78,6 +78,11 @@ def read_csv(path: Path, source: str) -> Raw:
 
     data, text = read_text(path, source)
     _check_widths(data, text, source)
+    header = [c.strip() for c in next(csv.reader(io.StringIO(text)), [])]
+    for name in ("length", "step"):
+        if header.count(name) > 1:  # pandas would rename the second one 'length.1' and read the first
+            raise TraceError(f"{source}: the header names {name!r} twice; expected one {name!r} column",
+                             source=source, field=name)
 
     def load(**options: Any) -> pd.DataFrame:
         try:
@@ -94,10 +99,6 @@ def read_csv(path: Path, source: str) -> Raw:
         frame.columns = [str(c).strip() for c in frame.columns]
         if "length" not in frame.columns:
             raise no_length_column(source, list(frame.columns))
-        for name in ("length", "step"):
-            if list(frame.columns).count(name) > 1:
-                raise TraceError(f"{source}: the header names {name!r} twice; expected one {name!r} column",
-                                 source=source, field=name)
         return frame
 
     frame = load()
