@@ -36,19 +36,20 @@ def _check_widths(data: bytes, text: str, source: str) -> None:
     no quotes, else with the csv module (a quoted field may hold commas and newlines)."""
     if b'"' in data:
         rows = csv.reader(io.StringIO(text))
-        header = next(rows, [])
+        header = len(next(rows, []))
         widths = [len(r) for r in rows]
-        lines = None
+        lines = False
     else:
         raw = np.frombuffer(data, dtype=np.uint8)
         line_of_comma = np.searchsorted(np.flatnonzero(raw == 10), np.flatnonzero(raw == 44))
         per_line = np.bincount(line_of_comma, minlength=int(np.count_nonzero(raw == 10)) + 1) + 1
-        header, widths, lines = [None] * int(per_line[0]), per_line[1:].tolist(), True
-    over = next((i for i, w in enumerate(widths) if w > len(header)), None)
-    if over is not None:
+        header, widths, lines = int(per_line[0]), per_line[1:].tolist(), True
+    wider = np.flatnonzero(np.asarray(widths, dtype=np.int64) > header)
+    if wider.size:
+        over = int(wider[0])
         where = f"row {over + 1} (line {over + 2})" if lines else f"row {over + 1}"
         raise TraceError(
-            f"{source}: {where} has {widths[over]} fields but the header has {len(header)}; expected at most "
+            f"{source}: {where} has {widths[over]} fields but the header has {header}; expected at most "
             "one field per header column (a field without a header name would shift the columns)",
             source=source,
             row=over + 1,

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -166,10 +167,10 @@ def load_toml(path: str | os.PathLike[str], what: str = "TOML file", *, error: t
               max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
     """The parsed TOML document of ``path``: regular file, size cap, UTF-8, the parser's error as one line, and
     the nesting depth (tomllib recurses, so a deep document is caught as RecursionError too)."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+    else:  # pragma: no cover
+        import tomli as tomllib
 
     source = str(path)
     text = read_text(path, what, error=error, max_bytes=max_bytes)
