@@ -12,7 +12,11 @@ Formats (one document per row; lengths in tokens):
 
 Errors are :class:`~traces.errors.TraceError`; rows in messages are 1-based data rows (see
 :mod:`traces.errors`). Values are checked by :func:`traces.trace.to_int64_column`: whole numbers only
-(``12`` and ``12.0`` are accepted, ``12.5``, ``abc``, empty cells and null are not), lengths ≥ 1, steps ≥ 0.
+(``12`` and ``12.0`` are accepted, ``12.5``, ``abc``, empty cells and null are not), lengths 1 to 2^40,
+steps ≥ 0. Files are read through :mod:`dcpsim.userfile`: a regular file (a FIFO or a directory is refused
+before anything is opened), at most 1 GiB, UTF-8 (the first bad byte's line and column named), JSON nested at
+most 64 levels, no NaN or Infinity literals; a CSV row with more fields than the header is refused (pandas
+would otherwise make the first column an index and read the wrong column).
 """
 
 from __future__ import annotations
@@ -59,8 +63,9 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         ``source`` set to the path.
 
     Raises:
-        TraceError: unknown extension, missing or empty file, no rows, no ``length`` column, or a value that
-            is not a whole number in range (lengths ≥ 1, steps ≥ 0), naming the file, row, field and value.
+        TraceError: unknown extension, missing, empty or not a regular file, not UTF-8, nested too deeply, a
+            CSV row wider than the header, no rows, no ``length`` column, or a value that is not a whole number
+            in range (lengths 1 to 2^40, steps ≥ 0), naming the file, row, field and value.
     """
     p = Path(path)
     source = str(p)
