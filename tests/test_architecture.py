@@ -22,7 +22,7 @@ MAY_IMPORT = {
     "real_runtime": {"policies", "cost_models", "traces", "sim"},
     "experiments": {"cost_models", "traces", "policies", "sim", "real_runtime"},
 }
-# Modules below every package (src/dcpsim/<name>.py): each may import them, they import nothing of the project.
+# Modules below every package (src/dcpsim/<name>.py): all may import them; they import nothing of the project.
 BOTTOM_MODULES = {"userfile"}  # reading a user's file safely (docs/architecture.md)
 REAL_RUNTIME_SIM = {"dcpsim.sim.timeline", "dcpsim.sim.metrics", "dcpsim.sim.metric_spec"}  # not the engine
 

@@ -36,15 +36,15 @@ __all__ = ["MAX_BATCH_SEQS", "GlobalBatch", "form_batches", "sample_batches", "s
 
 MAX_BATCH_SEQS = 2**18
 """The most sequences one global batch may hold (262,144; the shipped scenarios hold a few thousand): planning
-and simulating a batch cost at least one step per sequence, so a batch of millions of tiny sequences (a 1-token
-context, ``--global-batch-seqs 1000000``) would run for hours; it is refused with this limit named."""
+and simulating a batch cost at least one step per sequence, so a batch of millions of tiny sequences (a
+1-token context, ``--global-batch-seqs 1000000``) would run for hours; it is refused with this limit named."""
 
 
 def _too_many(where: str, count: int, how: str) -> TraceError:
     return TraceError(
         f"{where}: a global batch would hold {count:,} sequences ({how}), over the limit of "
-        f"{MAX_BATCH_SEQS:,} (2^18); expected a smaller token budget, a longer context or fewer sequences per "
-        "batch",
+        f"{MAX_BATCH_SEQS:,} (2^18); expected a smaller token budget, a longer context or fewer "
+        "sequences per batch",
         value=count,
     )
 
@@ -293,8 +293,8 @@ def sample_batches(
 
 
 def _check_draw(name: str, budget: int, want: int, mean_piece: float) -> None:
-    """Refuse, before drawing them, batches that would hold more than ``MAX_BATCH_SEQS`` sequences or need more
-    than ``MAX_PIECES`` in all (estimated from the first chunk's mean piece length, in tokens)."""
+    """Refuse, before drawing them, batches that would hold more than ``MAX_BATCH_SEQS`` sequences or need
+    more than ``MAX_PIECES`` in all (estimated from the first chunk's mean piece length, in tokens)."""
     per_batch = budget / mean_piece
     how = f"global_batch_tokens = {budget:,} over pieces of {mean_piece:,.1f} tokens on average"
     if per_batch > MAX_BATCH_SEQS:
@@ -302,8 +302,8 @@ def _check_draw(name: str, budget: int, want: int, mean_piece: float) -> None:
     if per_batch * want > MAX_PIECES:
         raise TraceError(
             f"preset {name!r}: {want - 1:,} batches of about {int(per_batch):,} sequences ({how}) need about "
-            f"{int(per_batch * want):,} sequences, over the limit of {MAX_PIECES:,} (2^24) per draw; expected "
-            "fewer iterations or a smaller token budget",
+            f"{int(per_batch * want):,} sequences, over the limit of {MAX_PIECES:,} (2^24) per draw; "
+            "expected fewer iterations or a smaller token budget",
             value=int(per_batch * want),
         )
 
@@ -322,8 +322,8 @@ def _sample_by_count(spec: TracePreset, iters: int, seqs: int, context: int,
     need = iters * seqs
     if need > MAX_PIECES:
         raise TraceError(
-            f"preset {spec.name!r}: {iters:,} batches of {seqs:,} sequences need {need:,} sequences, over the "
-            f"limit of {MAX_PIECES:,} (2^24) per draw; expected fewer iterations or sequences per batch",
+            f"preset {spec.name!r}: {iters:,} batches of {seqs:,} sequences need {need:,} sequences, over "
+            f"the limit of {MAX_PIECES:,} (2^24) per draw; expected fewer iterations or sequences per batch",
             value=need,
         )
     chunks: list[np.ndarray] = []

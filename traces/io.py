@@ -63,9 +63,9 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         ``source`` set to the path.
 
     Raises:
-        TraceError: unknown extension, missing, empty or not a regular file, not UTF-8, nested too deeply, a
-            CSV row wider than the header, no rows, no ``length`` column, or a value that is not a whole number
-            in range (lengths 1 to 2^40, steps ≥ 0), naming the file, row, field and value.
+        TraceError: unknown extension, missing, empty or not a regular file, not UTF-8, nested too deeply,
+            a CSV row wider than the header, no rows, no ``length`` column, or a value that is not a whole
+            number in range (lengths 1 to 2^40, steps ≥ 0), naming the file, row, field and value.
     """
     p = Path(path)
     source = str(p)

@@ -198,7 +198,8 @@ def read_jsonl(path: Path, source: str) -> Raw:
     joined = "[" + ",".join(texts[k - 1] for k in numbers) + "]"
     depth = userfile.json_depth(joined) - 1
     if depth > userfile.MAX_DEPTH:
-        raise TraceError(f"{source}: a line nests {depth} levels deep, over the limit of {userfile.MAX_DEPTH}; "
+        limit = userfile.MAX_DEPTH
+        raise TraceError(f"{source}: a line nests {depth} levels deep, over the limit of {limit}; "
                          'expected one flat object per line such as {"length": 4096}', source=source)
     try:
         rows = json.loads(joined, parse_constant=_no_constant(source))

@@ -135,7 +135,7 @@ def _mu(dist: str, p: dict[str, float]) -> float:
         )
     sigma = p["sigma"]
     if not 0 <= sigma <= MAX_SIGMA:
-        raise _bad(dist, "sigma", sigma, f"a number in [0, {MAX_SIGMA:g}] (ln tokens; real traces have 1 to 3)")
+        raise _bad(dist, "sigma", sigma, f"a number in [0, {MAX_SIGMA:g}] (ln tokens; real traces: 1 to 3)")
     k = given[0]
     if k == "mu":
         if not abs(p["mu"]) <= MAX_MU:

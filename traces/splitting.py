@@ -43,9 +43,9 @@ def split_pieces(lengths: Any, context_len: int) -> tuple[np.ndarray, np.ndarray
     total = int(counts.sum())
     if total > MAX_PIECES:
         raise TraceError(
-            f"cutting {docs.size:,} documents ({int(docs.sum()):,} tokens) at context_len = {context:,} gives "
-            f"{total:,} sequences, over the limit of {MAX_PIECES:,} (2^24); expected a longer context or "
-            "fewer or shorter documents",
+            f"cutting {docs.size:,} documents ({int(docs.sum()):,} tokens) at context_len = {context:,} "
+            f"gives {total:,} sequences, over the limit of {MAX_PIECES:,} (2^24); expected a longer "
+            "context or fewer or shorter documents",
             field="context_len",
             value=context,
         )

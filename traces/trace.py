@@ -146,7 +146,8 @@ def to_int64_column(
     if i >= 0:
         value = raw[i].item() if isinstance(raw[i], np.generic) else raw[i]
         line = None if lines is None else int(lines[i])
-        raise TraceError.at_row(source, i + 1, field, value, _describe(value, minimum, maximum), expected, line=line)
+        problem = _describe(value, minimum, maximum)
+        raise TraceError.at_row(source, i + 1, field, value, problem, expected, line=line)
     return ints
 
 

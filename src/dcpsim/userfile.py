@@ -1,10 +1,10 @@
-"""Reading a file a user named, safely: a regular file, within a size cap, UTF-8, and JSON/TOML nested no deeper
-than a limit. Every failure is one line naming the file and what was wrong, raised as the caller's own error
-class (``error=``: ``TraceError`` in traces, ``SpecError`` or ``CalibrationError`` in cost_models, ...), so the
-command line prints it as one line and exits 2 without this module knowing the families.
+"""Reading a file a user named, safely: a regular file, within a size cap, UTF-8, and JSON/TOML nested no
+deeper than a limit. Every failure is one line naming the file and what was wrong, raised as the caller's own
+error class (``error=``: ``TraceError`` in traces, ``SpecError`` or ``CalibrationError`` in cost_models, ...),
+so the command line prints it as one line and exits 2 without this module knowing the families.
 
-This module is at the bottom of the import table (docs/architecture.md): it imports nothing of the project, and
-every package may import it.
+This module is at the bottom of the import table (docs/architecture.md): it imports nothing of the project,
+and every package may import it.
 
 - :func:`open_regular` refuses what is not a regular file *before* reading: a missing path, a directory, a
   FIFO (which would block forever), a device or a socket. It opens with ``O_NONBLOCK`` and checks the opened
@@ -65,8 +65,8 @@ def check_regular(path: str | os.PathLike[str], what: str = "file", *,
 
 def open_regular(path: str | os.PathLike[str], what: str = "file", *,
                  error: type[Exception] = UserFileError, max_bytes: int = MAX_BYTES) -> int:
-    """An OS file descriptor (read-only) of the regular file ``path`` (checks of :func:`check_regular`, repeated
-    on the opened file). The caller closes it."""
+    """A read-only OS file descriptor of the regular file ``path`` (the checks of :func:`check_regular`,
+    repeated on the opened file). The caller closes it."""
     p = check_regular(path, what, error=error, max_bytes=max_bytes)
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
@@ -130,8 +130,9 @@ def _too_deep(source: str, depth: int, max_depth: int, what: str) -> str:
     return f"{source}: nested {depth} levels deep, over the limit of {max_depth}; expected a flatter {what}"
 
 
-def load_json(path: str | os.PathLike[str], what: str = "JSON file", *, error: type[Exception] = UserFileError,
-              max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+def load_json(path: str | os.PathLike[str], what: str = "JSON file", *,
+              error: type[Exception] = UserFileError, max_bytes: int = MAX_BYTES,
+              max_depth: int = MAX_DEPTH) -> Any:
     """The parsed JSON document of ``path``: regular file, size cap, UTF-8, nesting depth, then ``json.loads``
     (its error as one line with the line and column). NaN and Infinity literals are refused."""
     source = str(path)
@@ -163,10 +164,11 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def load_toml(path: str | os.PathLike[str], what: str = "TOML file", *, error: type[Exception] = UserFileError,
-              max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
-    """The parsed TOML document of ``path``: regular file, size cap, UTF-8, the parser's error as one line, and
-    the nesting depth (tomllib recurses, so a deep document is caught as RecursionError too)."""
+def load_toml(path: str | os.PathLike[str], what: str = "TOML file", *,
+              error: type[Exception] = UserFileError, max_bytes: int = MAX_BYTES,
+              max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+    """The parsed TOML document of ``path``: regular file, size cap, UTF-8, the parser's error as one line,
+    and the nesting depth (tomllib recurses, so a deep document is caught as RecursionError too)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover

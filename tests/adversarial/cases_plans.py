@@ -21,6 +21,7 @@ CASES = [
             "pool of 4 ranks but the job has 16"),
     ApiCase("plan-extra-empty-microbatch", lambda: _validate(2, [[((0, 1), [0, 1])], []], 2),
             "microbatch 1 holds no sequence"),
-    ApiCase("plan-microbatch-of-empty-groups", lambda: _validate(2, [[((0, 1), [0, 1])], [((0,), []), ((1,), [])]], 2),
+    ApiCase("plan-microbatch-of-empty-groups",
+            lambda: _validate(2, [[((0, 1), [0, 1])], [((0,), []), ((1,), [])]], 2),
             "microbatch 1 holds no sequence"),
 ]

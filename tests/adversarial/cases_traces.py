@@ -31,8 +31,8 @@ def trace(name: str, content: object, expect: str, *, sub: bool = False) -> Case
 
 
 def compare(name: str, content: object, expect: str) -> Case:
-    return Case(f"compare-{name}", ("compare", "--trace", name, "--iterations", "1", "--policies", "static-cp"),
-                expect, files={name: content})
+    argv = ("compare", "--trace", name, "--iterations", "1", "--policies", "static-cp")
+    return Case(f"compare-{name}", argv, expect, files={name: content})
 
 
 def spec(text: str, expect: str, *extra: str) -> Case:
@@ -80,7 +80,8 @@ CASES = [
     trace("dict.json", '{"length": [1, 2]}', "top-level JSON value is a dict"),
     trace("broken.json", "[1, 2", "not valid JSON"),
     trace("empty_list.json", "[]", "no rows"),
-    trace("deep.jsonl", '{"length": 1}\n{"length": ' + "[" * 5000 + "]" * 5000 + "}\n", "over the limit of 64"),
+    trace("deep.jsonl", '{"length": 1}\n{"length": ' + "[" * 5000 + "]" * 5000 + "}\n",
+          "over the limit of 64"),
     trace("nan.jsonl", '{"length": 1}\n{"length": NaN}\n', "NaN is not a length"),
     trace("latin1.jsonl", b'{"length": 1}\n{"length": "\xe9"}\n', "is not UTF-8"),
     trace("no_key.jsonl", '{"length": 1}\n{"len": 2}\n', "object has no 'length' key"),
@@ -97,7 +98,8 @@ CASES = [
     trace("link.jsonl", _symlink_to_fifo, "is a FIFO (named pipe), not a regular file", sub=True),
     trace("folder.csv", DIRECTORY, "is a directory, not a regular file"),
     Case("trace-missing", ("trace", "missing.csv"), "file not found"),
-    Case("trace-unknown-extension", ("trace", "t.txt"), "unknown trace format '.txt'", files={"t.txt": "length\n1\n"}),
+    Case("trace-unknown-extension", ("trace", "t.txt"), "unknown trace format '.txt'",
+         files={"t.txt": "length\n1\n"}),
     # the compare command reads traces the same way
     compare("wide.csv", "length\n100,5\n200,6\n", "row 1 (line 2) has 2 fields but the header has 1"),
     compare("deep.json", "[" * 100_000 + "]" * 100_000, "over the limit of 64"),
@@ -124,7 +126,18 @@ CASES = [
                             "--policies", "static-cp"), "over the limit of 262,144 (2^18)"),
     Case("size-sigma-40", ("compare", "--trace", "lognormal:median=1000,sigma=40", "--iterations", "1",
                            "--policies", "static-cp"), "parameter 'sigma' = 40 is invalid"),
-    # a failed command leaves an earlier output as it was
+    # a failed command leaves earlier outputs as they were
     Case("keep-plot", ("trace", "bad.csv", "--plot", "lengths.png"), "not a number",
          files={"bad.csv": "length\nabc\n"}, keep={"lengths.png": b"an earlier plot"}),
+    Case("keep-simulate-outputs", ("simulate", "--trace", "wide.csv", "--iterations", "1",
+                                   "--plan-out", "plan.json", "--timeline-out", "timeline.csv",
+                                   "--chrome-trace", "chrome.json"),
+         "has 2 fields but the header has 1", files={"wide.csv": "length\n100,5\n"},
+         keep={"plan.json": b'{"earlier": 1}', "timeline.csv": b"earlier", "chrome.json": b"[]"}),
+    Case("keep-simulate-fifo", ("simulate", "--trace", "pipe.jsonl", "--iterations", "1",
+                                "--plan-out", "plan.json"),
+         "is a FIFO", files={"pipe.jsonl": FIFO}, keep={"plan.json": b'{"earlier": 1}'}, subprocess=True),
+    Case("keep-simulate-size", ("simulate", "--global-batch-seqs", "1000000", "--iterations", "1",
+                                "--plan-out", "plan.json"), "over the limit of 262,144",
+         keep={"plan.json": b'{"earlier": 1}'}),
 ]

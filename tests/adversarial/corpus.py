@@ -1,15 +1,15 @@
 """The adversarial input corpus: a table of bad inputs, each expected to end in one line on stderr and exit 2
 (or 1), never a traceback, a hang or a destroyed output.
 
-A :class:`Case` is one row: the files it lays out in a fresh directory (bytes, text, a FIFO, a directory or a
-writer function), the ``dcpsim`` command line run there, and a fragment the one error line must contain. CLI
-cases run in-process (``experiments.cli.main``); a case with ``subprocess=True`` runs ``python -m dcpsim`` under
-a time limit instead, for inputs that could block (FIFOs). An :class:`ApiCase` calls a function that must raise
-one of the project's user errors (``experiments.errors.user_errors()``) with a one-line message: the plan
-classes, which no command reads from a file.
+A :class:`Case` is one row: the files it lays out in a fresh directory (bytes, text, a FIFO, a directory or
+a writer function), the ``dcpsim`` command line run there, and a fragment the one error line must contain.
+CLI cases run in-process (``experiments.cli.main``); a case with ``subprocess=True`` runs ``python -m dcpsim``
+under a time limit instead, for inputs that could block (FIFOs). An :class:`ApiCase` calls a function that
+must raise one of the project's user errors (``experiments.errors.user_errors()``) with a one-line message:
+the plan classes, which no command reads from a file.
 
-To add a class (cost-model, GPU, calibration, scenario, sweep, output paths), add a ``cases_<class>.py`` module
-beside this one defining ``CASES``: tests/adversarial/test_corpus.py collects every such module.
+To add a class (cost-model, GPU, calibration, scenario, sweep, output paths), add a ``cases_<class>.py``
+module beside this one defining ``CASES``: tests/adversarial/test_corpus.py collects every such module.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Case:
     argv: tuple[str, ...]
     expect: str  # a fragment of the one stderr line (case-sensitive)
     files: dict[str, Content] = field(default_factory=dict)
-    keep: dict[str, bytes] = field(default_factory=dict)  # outputs that exist before and must survive unchanged
+    keep: dict[str, bytes] = field(default_factory=dict)  # earlier outputs that must survive unchanged
     codes: tuple[int, ...] = (2,)
     subprocess: bool = False  # run 'python -m dcpsim' with a time limit (inputs that could block)
 

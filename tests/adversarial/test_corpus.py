@@ -1,5 +1,5 @@
-"""Runs the adversarial corpus (tests/adversarial/corpus.py): every row ends in exactly one line on stderr naming
-the problem, exit 2 (or the row's codes), no traceback, no hang, and outputs that existed before unchanged."""
+"""Runs the adversarial corpus (tests/adversarial/corpus.py): every row ends in exactly one line on stderr
+naming the problem, exit 2 (or the row's codes), no traceback, no hang, and earlier outputs unchanged."""
 
 from __future__ import annotations
 

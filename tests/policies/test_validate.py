@@ -63,8 +63,9 @@ def test_malformed_plan_json():
 
 
 def test_the_plans_pool_must_be_the_jobs():
-    """A 32-rank plan for a 16-rank job would be priced on 16 GPUs that do not exist (the issue's plan simulated
-    below the proved lower bound); a plan over fewer ranks leaves paid-for ranks idle. Both are refused."""
+    """A 32-rank plan for a 16-rank job would be priced on 16 GPUs that do not exist (the issue's plan
+    simulated below the proved lower bound); a plan over fewer ranks leaves paid-for ranks idle. Both are
+    refused."""
     batch = GlobalBatch.of([100, 200])
     wide = make_plan("t", 32, [[ring(range(16), [0]), ring(range(16, 32), [1])]])
     validate_plan(wide, batch)  # without the job's pool, nothing to compare against
