@@ -108,7 +108,7 @@ def run_policy(spec: PolicySpec, batches: Sequence[Any], cost_model: CostModel,
         # plans are then held to no budget, and sim.bound bounds them without one (the bound checks the plan).
         limit = budget if plan.meta.get("memory_checked", True) else None
         validate_plan(plan, batch, max_tokens_per_rank=limit,
-                      kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank)
+                      kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank, pool_size=job.pool)
         out.append(simulate_plan(plan, batch, cost_model, scheduling_time_s=sched, bound_cache=bound_cache))
         if progress:
             progress(i + 1)

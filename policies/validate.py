@@ -26,15 +26,18 @@ def check_lengths_fit(policy: str, ids: np.ndarray, lengths: np.ndarray, cap: fl
 
 
 def validate_plan(plan: Plan, batch: GlobalBatch, *, max_tokens_per_rank: float | None = None,
-                  kv_heads_per_rank: int | None = None, heads_per_rank: int | None = None) -> None:
+                  kv_heads_per_rank: int | None = None, heads_per_rank: int | None = None,
+                  pool_size: int | None = None) -> None:
     """Raise :class:`PlanError` naming the first broken invariant; return None for a valid plan.
 
-    Checks: every sequence of the batch appears exactly once and no unknown id appears; groups of a
-    microbatch are disjoint and use only ranks ``0..W-1``; engine sizes multiply to the group size; the
-    Ulysses degree is valid (cost_models.ulysses.ulysses_problem, the rule the bound and the planners read: it
-    divides the (KV) heads per rank, each checked when given; a degree wider than an NVLink domain is valid,
-    priced across domains, and never offered by a planner); per-rank tokens (Σ L / degree over the rank's groups in
-    one microbatch) stay within ``max_tokens_per_rank``.
+    Checks: the plan's pool is the job's (``pool_size``, when given: a plan over more ranks than the job has
+    would be priced on GPUs that do not exist, one over fewer leaves ranks idle that the job pays for); every
+    microbatch holds at least one sequence; every sequence of the batch appears exactly once and no unknown
+    id appears; groups of a microbatch are disjoint and use only ranks ``0..W-1``; engine sizes multiply to
+    the group size; the Ulysses degree is valid (cost_models.ulysses.ulysses_problem, the rule the bound and the
+    planners read: it divides the (KV) heads per rank, each checked when given; a degree wider than an NVLink
+    domain is valid, priced across domains, and never offered by a planner); per-rank tokens (Σ L / degree over
+    the rank's groups in one microbatch) stay within ``max_tokens_per_rank``.
 
     Groups need not be contiguous: a group of ranks 0 and 8 is valid, and the cost model prices it by the
     NVLink domains it spans (cost_models.topology: its ring and inner Ulysses groups by the ranks they
@@ -45,9 +48,15 @@ def validate_plan(plan: Plan, batch: GlobalBatch, *, max_tokens_per_rank: float 
     W = plan.pool_size
     if W < 1:
         raise PlanError(f"plan.pool_size = {W} must be ≥ 1")
+    if pool_size is not None and W != pool_size:
+        raise PlanError(f"the plan is for a pool of {W} ranks but the job has {pool_size}; "
+                        f"expected a plan over exactly {pool_size} ranks")
     length_of = dict(zip(np.asarray(batch.seq_ids).tolist(), np.asarray(batch.lengths).tolist()))
     seen: dict[int, int] = {}
     for k, mb in enumerate(plan.microbatches):
+        if not any(g.seq_ids for g in mb.groups):
+            raise PlanError(f"microbatch {k} holds no sequence ({len(mb.groups)} group(s), all empty); "
+                            "expected every microbatch to hold at least one sequence")
         rank_tokens = np.zeros(W)
         used = np.zeros(W, dtype=bool)
         for j, g in enumerate(mb.groups):

@@ -116,6 +116,6 @@ def plan_workload(policy: str, batches: Iterable[GlobalBatch], cost_model: CostM
         # does); a policy that does not honour the budget (upstream's legacy scheduler) says so in its meta.
         limit = budget if plan.meta.get("memory_checked", True) else None
         validate_plan(plan, b, max_tokens_per_rank=limit, kv_heads_per_rank=job.kv_heads_per_rank,
-                      heads_per_rank=job.heads_per_rank)
+                      heads_per_rank=job.heads_per_rank, pool_size=job.pool)
         steps.append(Step(b, plan))
     return Workload(label or policy, tuple(steps))

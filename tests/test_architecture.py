@@ -22,6 +22,8 @@ MAY_IMPORT = {
     "real_runtime": {"policies", "cost_models", "traces", "sim"},
     "experiments": {"cost_models", "traces", "policies", "sim", "real_runtime"},
 }
+# Modules below every package (src/dcpsim/<name>.py): all may import them; they import nothing of the project.
+BOTTOM_MODULES = {"userfile"}  # reading a user's file safely (docs/architecture.md)
 REAL_RUNTIME_SIM = {"dcpsim.sim.timeline", "dcpsim.sim.metrics", "dcpsim.sim.metric_spec"}  # not the engine
 
 
@@ -55,6 +57,12 @@ def test_imports_point_down_the_table(package: str) -> None:
                 bad.append(f"{path.relative_to(ROOT)} imports {module} (real_runtime may use sim.timeline and "
                            "sim.metrics only)")
     assert not bad, "\n".join(bad)
+
+
+def test_bottom_modules_import_nothing_of_the_project() -> None:
+    for name in sorted(BOTTOM_MODULES):
+        imports = project_imports(ROOT / "src" / "dcpsim" / f"{name}.py")
+        assert imports == [], f"dcpsim.{name} imports {imports}"
 
 
 def test_one_batch_type() -> None:

@@ -11,6 +11,10 @@ Rules, in order:
 3. With a ``step`` column, batch s holds the pieces of the documents with step s (in trace order); steps
    with no documents give no batch. A budget, if given, must hold every step's tokens.
 
+Sizes that cannot run are refused up front with the limit named: a batch of more than ``MAX_BATCH_SEQS``
+sequences (2^18; every policy plans and the simulator prices each sequence), and a draw or a cut of more than
+``splitting.MAX_PIECES`` sequences in all.
+
 Boundaries are found with one ``cumsum`` and one vectorised ``searchsorted`` (the next start for every
 possible start); only the walk from batch to batch is a Python loop, one cheap step per batch.
 """
@@ -25,10 +29,30 @@ import numpy as np
 from dcpsim.traces._params import require_int
 from dcpsim.traces.errors import TraceError
 from dcpsim.traces.presets import TracePreset, get_preset
-from dcpsim.traces.splitting import split_long, split_pieces
+from dcpsim.traces.splitting import MAX_PIECES, split_long, split_pieces
 from dcpsim.traces.trace import Trace
 
-__all__ = ["GlobalBatch", "form_batches", "sample_batches", "split_long"]
+__all__ = ["MAX_BATCH_SEQS", "GlobalBatch", "form_batches", "sample_batches", "split_long"]
+
+MAX_BATCH_SEQS = 2**18
+"""The most sequences one global batch may hold (262,144; the shipped scenarios hold a few thousand): planning
+and simulating a batch cost at least one step per sequence, so a batch of millions of tiny sequences (a
+1-token context, ``--global-batch-seqs 1000000``) would run for hours; it is refused with this limit named."""
+
+
+def _too_many(where: str, count: int, how: str) -> TraceError:
+    return TraceError(
+        f"{where}: a global batch would hold {count:,} sequences ({how}), over the limit of "
+        f"{MAX_BATCH_SEQS:,} (2^18); expected a smaller token budget, a longer context or fewer "
+        "sequences per batch",
+        value=count,
+    )
+
+
+def _check_batch_sizes(where: str, bounds: list[int], how: str) -> None:
+    sizes = np.diff(np.asarray(bounds, dtype=np.int64))
+    if sizes.size and int(sizes.max()) > MAX_BATCH_SEQS:
+        raise _too_many(where, int(sizes.max()), how)
 
 
 @dataclass(frozen=True, eq=False)
@@ -186,6 +210,7 @@ def form_batches(
         else:
             starts = _greedy_starts(pieces, budget, None if limit is None else limit + 1)  # type: ignore[arg-type]
         bounds = starts + [pieces.size] if limit is None or len(starts) <= limit else starts
+        _check_batch_sizes(trace.source, bounds, "consecutive pieces of the trace")
         batches = _batches(ids, pieces, bounds, list(range(len(bounds) - 1)))
     else:
         piece_step = trace.step[doc]
@@ -207,6 +232,7 @@ def form_batches(
                     field="step",
                     value=int(values[k]),
                 )
+        _check_batch_sizes(trace.source, step_bounds.tolist(), "the pieces of one step")
         batches = _batches(order, pieces[order], step_bounds.tolist(), values.tolist())
     if limit is not None and len(batches) < limit:
         raise TraceError(
@@ -254,6 +280,8 @@ def sample_batches(
         chunk_seed = int(root.spawn(1)[0].generate_state(1, np.uint64)[0])
         chunks.append(split_long(spec.sample(size, chunk_seed), context))
         pieces = np.concatenate(chunks)
+        if len(chunks) == 1:  # the first chunk's mean piece says how many sequences the batches will need
+            _check_draw(spec.name, budget, want, float(pieces.mean()))
         if len(_greedy_starts(pieces, budget, want)) == want:
             break
         # Every piece has >= 1 token, so each round adds >= 1024 tokens and the loop ends.
@@ -262,6 +290,22 @@ def sample_batches(
     starts = _greedy_starts(pieces, budget, want)
     ids = np.arange(pieces.size, dtype=np.int64)
     return _batches(ids[: starts[-1]], pieces[: starts[-1]], starts, list(range(iters)))
+
+
+def _check_draw(name: str, budget: int, want: int, mean_piece: float) -> None:
+    """Refuse, before drawing them, batches that would hold more than ``MAX_BATCH_SEQS`` sequences or need
+    more than ``MAX_PIECES`` in all (estimated from the first chunk's mean piece length, in tokens)."""
+    per_batch = budget / mean_piece
+    how = f"global_batch_tokens = {budget:,} over pieces of {mean_piece:,.1f} tokens on average"
+    if per_batch > MAX_BATCH_SEQS:
+        raise _too_many(f"preset {name!r}", int(per_batch), how)
+    if per_batch * want > MAX_PIECES:
+        raise TraceError(
+            f"preset {name!r}: {want - 1:,} batches of about {int(per_batch):,} sequences ({how}) need about "
+            f"{int(per_batch * want):,} sequences, over the limit of {MAX_PIECES:,} (2^24) per draw; "
+            "expected fewer iterations or a smaller token budget",
+            value=int(per_batch * want),
+        )
 
 
 def _count_starts(n: int, seqs: int, limit: int | None = None) -> list[int]:
@@ -273,7 +317,15 @@ def _count_starts(n: int, seqs: int, limit: int | None = None) -> list[int]:
 def _sample_by_count(spec: TracePreset, iters: int, seqs: int, context: int,
                      root: np.random.SeedSequence) -> list[GlobalBatch]:
     """``iters`` batches of exactly ``seqs`` pieces drawn from ``spec`` (see :func:`sample_batches`)."""
+    if seqs > MAX_BATCH_SEQS:
+        raise _too_many(f"preset {spec.name!r}", seqs, "global_batch_seqs")
     need = iters * seqs
+    if need > MAX_PIECES:
+        raise TraceError(
+            f"preset {spec.name!r}: {iters:,} batches of {seqs:,} sequences need {need:,} sequences, over "
+            f"the limit of {MAX_PIECES:,} (2^24) per draw; expected fewer iterations or sequences per batch",
+            value=need,
+        )
     chunks: list[np.ndarray] = []
     have = 0
     while have < need:

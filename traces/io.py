@@ -12,7 +12,11 @@ Formats (one document per row; lengths in tokens):
 
 Errors are :class:`~traces.errors.TraceError`; rows in messages are 1-based data rows (see
 :mod:`traces.errors`). Values are checked by :func:`traces.trace.to_int64_column`: whole numbers only
-(``12`` and ``12.0`` are accepted, ``12.5``, ``abc``, empty cells and null are not), lengths ≥ 1, steps ≥ 0.
+(``12`` and ``12.0`` are accepted, ``12.5``, ``abc``, empty cells and null are not), lengths 1 to 2^40,
+steps ≥ 0. Files are read through :mod:`dcpsim.userfile`: a regular file (a FIFO or a directory is refused
+before anything is opened), at most 1 GiB, UTF-8 (the first bad byte's line and column named), JSON nested at
+most 64 levels, no NaN or Infinity literals; a CSV row with more fields than the header is refused (pandas
+would otherwise make the first column an index and read the wrong column).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from dcpsim import userfile
 from dcpsim.traces import readers
 from dcpsim.traces.errors import TraceError
-from dcpsim.traces.trace import LENGTH_EXPECTED, STEP_EXPECTED, Trace, to_int64_column
+from dcpsim.traces.trace import LENGTH_EXPECTED, MAX_LENGTH, STEP_EXPECTED, Trace, to_int64_column
 
 __all__ = ["SUPPORTED_EXTENSIONS", "read_trace", "write_trace"]
 
@@ -58,23 +63,22 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         ``source`` set to the path.
 
     Raises:
-        TraceError: unknown extension, missing or empty file, no rows, no ``length`` column, or a value that
-            is not a whole number in range (lengths ≥ 1, steps ≥ 0), naming the file, row, field and value.
+        TraceError: unknown extension, missing, empty or not a regular file, not UTF-8, nested too deeply,
+            a CSV row wider than the header, no rows, no ``length`` column, or a value that is not a whole
+            number in range (lengths 1 to 2^40, steps ≥ 0), naming the file, row, field and value.
     """
     p = Path(path)
     source = str(p)
     reader = _READERS[_extension(p)]
-    if not p.exists():
-        raise TraceError(f"{source}: file not found; expected an existing trace file", source=source)
-    if not p.is_file():
-        raise TraceError(f"{source}: not a regular file; expected a trace file", source=source)
+    userfile.check_regular(p, readers.WHAT, error=TraceError)  # before any open: a FIFO must not block
     if p.stat().st_size == 0:
         raise TraceError(f"{source}: file is empty; expected at least one document length", source=source)
     raw_length, raw_step, lines = reader(p, source)
     if len(raw_length) == 0:
         raise readers.no_rows(source)
     lengths = to_int64_column(
-        raw_length, source=source, field="length", minimum=1, expected=LENGTH_EXPECTED, lines=lines
+        raw_length, source=source, field="length", minimum=1, expected=LENGTH_EXPECTED, lines=lines,
+        maximum=MAX_LENGTH,
     )
     step = None
     if raw_step is not None:

@@ -47,7 +47,7 @@ from dcpsim.traces._params import require_int
 from dcpsim.traces.data import load_sample
 from dcpsim.traces.errors import TraceError
 from dcpsim.traces.generators import empirical, lognormal_mean, lognormal_pareto, mixture, pareto_mean
-from dcpsim.traces.splitting import split_long
+from dcpsim.traces.splitting import MAX_PIECES, split_long
 
 __all__ = ["TracePreset", "available_presets", "get_preset", "register_preset"]
 
@@ -76,6 +76,8 @@ class TracePreset:
         """``n`` document lengths (tokens, ``int64``, each in 1..context_len), deterministic in (n, seed)."""
         ctx = f"preset {self.name!r}"
         n = require_int(n, "n", 0, ctx)
+        if n > MAX_PIECES:
+            raise TraceError.bad_param("n", n, f"at most {MAX_PIECES:,} documents (2^24) per draw", ctx)
         seed = require_int(seed, "seed", 0, ctx)
         out = np.asarray(self.sampler(n, seed), dtype=np.int64)
         if out.shape != (n,) or (n and (out.min() < 1 or out.max() > self.context_len)):

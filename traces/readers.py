@@ -8,16 +8,52 @@ checks them all the same way. pandas and pyarrow are imported on first use.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dcpsim import userfile
 from dcpsim.traces.errors import TraceError
 
 Raw = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
 _OBJECT_EXAMPLE = 'an object such as {"length": 4096, "step": 0}'
+WHAT = "trace file"
+
+
+def read_text(path: Path, source: str) -> tuple[bytes, str]:
+    """The file's bytes and its UTF-8 text (regular file, size cap, decode: :mod:`dcpsim.userfile`)."""
+    data = userfile.read_bytes(path, WHAT, error=TraceError)
+    return data, userfile.decode_utf8(data, source, WHAT, error=TraceError)
+
+
+def _check_widths(data: bytes, text: str, source: str) -> None:
+    """Refuse a data row with more fields than the header: pandas would silently make the first column an
+    index and read the wrong column as ``length``. Fields are counted per line with numpy when the file has
+    no quotes, else with the csv module (a quoted field may hold commas and newlines)."""
+    if b'"' in data:
+        rows = csv.reader(io.StringIO(text))
+        header = len(next(rows, []))
+        widths = [len(r) for r in rows]
+        lines = False
+    else:
+        raw = np.frombuffer(data, dtype=np.uint8)
+        line_of_comma = np.searchsorted(np.flatnonzero(raw == 10), np.flatnonzero(raw == 44))
+        per_line = np.bincount(line_of_comma, minlength=int(np.count_nonzero(raw == 10)) + 1) + 1
+        header, widths, lines = int(per_line[0]), per_line[1:].tolist(), True
+    wider = np.flatnonzero(np.asarray(widths, dtype=np.int64) > header)
+    if wider.size:
+        over = int(wider[0])
+        where = f"row {over + 1} (line {over + 2})" if lines else f"row {over + 1}"
+        raise TraceError(
+            f"{source}: {where} has {widths[over]} fields but the header has {header}; expected at most "
+            "one field per header column (a field without a header name would shift the columns)",
+            source=source,
+            row=over + 1,
+        )
 
 
 def no_length_column(source: str, columns: list[str]) -> TraceError:
@@ -41,14 +77,22 @@ def read_csv(path: Path, source: str) -> Raw:
     empty cells, blank lines) is re-read as text so that messages quote the cell exactly as written."""
     import pandas as pd
 
+    data, text = read_text(path, source)
+    _check_widths(data, text, source)
+    header = [c.strip() for c in next(csv.reader(io.StringIO(text)), [])]
+    for name in ("length", "step"):
+        if header.count(name) > 1:  # pandas would rename the second one 'length.1' and read the first
+            raise TraceError(f"{source}: the header names {name!r} twice; expected one {name!r} column",
+                             source=source, field=name)
+
     def load(**options: Any) -> pd.DataFrame:
         try:
-            frame = pd.read_csv(path, skip_blank_lines=False, **options)
+            frame = pd.read_csv(io.StringIO(text), skip_blank_lines=False, **options)
         except pd.errors.EmptyDataError:
             raise TraceError(
                 f"{source}: file is empty; expected a CSV header with a 'length' column", source=source
             )
-        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        except (pd.errors.ParserError, ValueError) as exc:
             raise TraceError(
                 f"{source}: not a readable CSV file ({exc}); expected a header and one row per document",
                 source=source,
@@ -75,9 +119,10 @@ def read_parquet(path: Path, source: str) -> Raw:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    data = userfile.read_bytes(path, WHAT, error=TraceError)
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceError(
             f"{source}: not a readable Parquet file ({exc}); expected a table with a 'length' column",
             source=source,
@@ -136,14 +181,28 @@ def _from_objects(rows: list[Any], source: str, lines: np.ndarray | None) -> Raw
     return lengths, (_values([r["step"] for r in rows]) if with_step else None), lines
 
 
+def _no_constant(source: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise TraceError(f"{source}: {name} is not a length; expected finite whole numbers of tokens",
+                         source=source, value=name)
+
+    return refuse
+
+
 def read_jsonl(path: Path, source: str) -> Raw:
     """One JSON object per line, blank lines skipped; parsed in one call (line by line to find errors)."""
-    texts = path.read_text(encoding="utf-8").splitlines()
+    texts = read_text(path, source)[1].splitlines()
     numbers = [k for k, text in enumerate(texts, start=1) if text.strip()]
     if not numbers:
         raise no_rows(source)
+    joined = "[" + ",".join(texts[k - 1] for k in numbers) + "]"
+    depth = userfile.json_depth(joined) - 1
+    if depth > userfile.MAX_DEPTH:
+        limit = userfile.MAX_DEPTH
+        raise TraceError(f"{source}: a line nests {depth} levels deep, over the limit of {limit}; "
+                         'expected one flat object per line such as {"length": 4096}', source=source)
     try:
-        rows = json.loads("[" + ",".join(texts[k - 1] for k in numbers) + "]")
+        rows = json.loads(joined, parse_constant=_no_constant(source))
     except json.JSONDecodeError:
         rows = None
     if rows is None or len(rows) != len(numbers):  # a bad line, or one line holding several values
@@ -165,15 +224,7 @@ def read_jsonl(path: Path, source: str) -> Raw:
 
 def read_json(path: Path, source: str) -> Raw:
     """A JSON list: plain lengths (the shape of public length dumps) or objects as in JSONL."""
-    try:
-        with path.open(encoding="utf-8") as handle:
-            data = json.load(handle)
-    except json.JSONDecodeError as exc:
-        raise TraceError(
-            f"{source}: not valid JSON ({exc.msg} at line {exc.lineno}); "
-            "expected a list of lengths or a list of objects",
-            source=source,
-        ) from exc
+    data = userfile.load_json(path, "JSON trace (a list of lengths or a list of objects)", error=TraceError)
     if not isinstance(data, list):
         raise TraceError(
             f"{source}: top-level JSON value is a {type(data).__name__}; "

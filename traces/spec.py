@@ -4,7 +4,8 @@ Forms (lengths in tokens; a value may end in K = 1024 or M = 1024², e.g. ``max=
 
 * ``lognormal:mean=1024,sigma=1.5,min=128,max=8192``: ln L ~ Normal(mu, sigma²) (:func:`traces.lognormal`).
   Give exactly one of ``mean`` (of the unclipped distribution: mu = ln(mean) − sigma²/2), ``median``
-  (mu = ln(median)) or ``mu``; ``sigma`` ≥ 0 is required; ``min`` (default 1) and ``max`` (default none)
+  (mu = ln(median)) or ``mu`` (|mu| ≤ ln 2^40, a mean or median of at most 2^40 tokens); ``sigma`` in
+  [0, 8] is required; ``min`` (default 1) and ``max`` (default none)
   clip each draw, as the generators do.
 * ``pareto:median=4096,sigma=1,tail_start=65536,alpha=1.5,tail_frac=0.05,max=1M``: the same lognormal body
   plus a Pareto tail (:func:`traces.lognormal_pareto`): a document is a tail one with probability
@@ -33,10 +34,13 @@ from dcpsim.traces.errors import TraceError
 from dcpsim.traces.generators import empirical, lognormal, lognormal_pareto, mixture
 from dcpsim.traces.io import read_trace
 from dcpsim.traces.presets import TracePreset, get_preset
+from dcpsim.traces.trace import MAX_LENGTH
 
 __all__ = ["DISTRIBUTIONS", "is_distribution_spec", "parse_distribution", "resolve_length_source"]
 
-UNBOUNDED = 2**40  # the context_len of a spec without max
+UNBOUNDED = MAX_LENGTH  # the context_len of a spec without max (2^40)
+MAX_SIGMA = 8.0  # ln tokens: wider spreads draw mostly 1-token and 2^40-token documents
+MAX_MU = math.log(MAX_LENGTH)  # ln tokens: a median of at most 2^40 tokens
 _BODY = ("mean", "median", "mu", "sigma")
 DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "lognormal": _BODY + ("min", "max"),
@@ -130,20 +134,23 @@ def _mu(dist: str, p: dict[str, float]) -> float:
             field="mean",
         )
     sigma = p["sigma"]
-    if sigma < 0:
-        raise _bad(dist, "sigma", sigma, "a number ≥ 0")
+    if not 0 <= sigma <= MAX_SIGMA:
+        raise _bad(dist, "sigma", sigma, f"a number in [0, {MAX_SIGMA:g}] (ln tokens; real traces: 1 to 3)")
     k = given[0]
     if k == "mu":
+        if not abs(p["mu"]) <= MAX_MU:
+            raise _bad(dist, "mu", p["mu"], f"a number in [-{MAX_MU:.1f}, {MAX_MU:.1f}] (ln tokens: a median "
+                       "of at most 2^40 tokens)")
         return p["mu"]
-    if p[k] <= 0:
-        raise _bad(dist, k, p[k], "a length > 0 tokens")
+    if not 0 < p[k] <= MAX_LENGTH:
+        raise _bad(dist, k, p[k], "a length > 0 and at most 2^40 tokens")
     return math.log(p[k]) - (sigma * sigma / 2 if k == "mean" else 0.0)
 
 
 def _bounds(dist: str, p: dict[str, float]) -> tuple[int, int | None]:
     for k in _WHOLE:
-        if k in p and (p[k] < 1 or p[k] != int(p[k])):
-            raise _bad(dist, k, p[k], "a whole number of tokens ≥ 1")
+        if k in p and (p[k] < 1 or p[k] > MAX_LENGTH or p[k] != int(p[k])):
+            raise _bad(dist, k, p[k], "a whole number of tokens from 1 to 2^40")
     low = int(p.get("min", 1))
     high = int(p["max"]) if "max" in p else None
     if high is not None and low > high:
@@ -171,8 +178,8 @@ def _single(text: str) -> TracePreset:
     if dist == "lognormal":
         sampler = partial(_draw_lognormal, mu, sigma, low, cap)
     else:
-        if p["tail_start"] <= 0:
-            raise _bad(dist, "tail_start", p["tail_start"], "a length > 0 tokens")
+        if not 0 < p["tail_start"] <= MAX_LENGTH:
+            raise _bad(dist, "tail_start", p["tail_start"], "a length > 0 and at most 2^40 tokens")
         if p["alpha"] <= 0:
             raise _bad(dist, "alpha", p["alpha"], "a number > 0")
         if not 0 <= p["tail_frac"] <= 1:

@@ -12,7 +12,12 @@ from typing import Any
 import numpy as np
 
 from dcpsim.traces._params import require_int
-from dcpsim.traces.trace import LENGTH_EXPECTED, to_int64_column
+from dcpsim.traces.errors import TraceError
+from dcpsim.traces.trace import LENGTH_EXPECTED, MAX_LENGTH, to_int64_column
+
+MAX_PIECES = 2**24
+"""The most sequences (pieces) one call may produce (16,777,216: 256 MiB of int64 lengths and as much of
+document indices). A larger request, such as a 1-token context, is refused before any array is built."""
 
 
 def split_pieces(lengths: Any, context_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -28,11 +33,22 @@ def split_pieces(lengths: Any, context_len: int) -> tuple[np.ndarray, np.ndarray
         the document that piece k came from.
 
     Raises:
-        TraceError: ``context_len`` < 1, or a length that is not a whole number ≥ 1 (naming its row).
+        TraceError: ``context_len`` < 1, a length that is not a whole number in 1..2^40 (naming its row), or
+            more than ``MAX_PIECES`` pieces.
     """
     context = require_int(context_len, "context_len", 1, "split_long")
-    docs = to_int64_column(lengths, source="split_long", field="length", minimum=1, expected=LENGTH_EXPECTED)
+    docs = to_int64_column(lengths, source="split_long", field="length", minimum=1, expected=LENGTH_EXPECTED,
+                           maximum=MAX_LENGTH)
     counts = (docs + (context - 1)) // context
+    total = int(counts.sum())
+    if total > MAX_PIECES:
+        raise TraceError(
+            f"cutting {docs.size:,} documents ({int(docs.sum()):,} tokens) at context_len = {context:,} "
+            f"gives {total:,} sequences, over the limit of {MAX_PIECES:,} (2^24); expected a longer "
+            "context or fewer or shorter documents",
+            field="context_len",
+            value=context,
+        )
     doc = np.repeat(np.arange(docs.size, dtype=np.int64), counts)
     pieces = np.full(doc.size, context, dtype=np.int64)
     last = np.cumsum(counts) - 1

@@ -6,7 +6,8 @@ through :func:`to_int64_column`, so that all formats accept and reject the same 
 
 - accepted: integers, and numbers written as floats that are whole (``12``, ``12.0``, ``1e3``);
 - rejected: fractions (``12.5``), text that is not a number (``abc``), empty cells, null/NaN, infinities,
-  booleans, values outside the int64 range, and values below the column's minimum (lengths ≥ 1 token,
+  booleans, values outside the int64 range, and values outside the column's range (lengths 1 to
+  ``MAX_LENGTH`` = 2^40 tokens, far above any context window, so that sums of lengths stay exact in int64;
   steps ≥ 0).
 
 The checks are numpy/pandas vectorised; only the first offending row is then described in words.
@@ -33,7 +34,7 @@ def _first(mask: np.ndarray) -> int:
     return int(hits[0]) if hits.size else -1
 
 
-def _describe(value: Any, minimum: int) -> str:
+def _describe(value: Any, minimum: int, maximum: int | None = None) -> str:
     """Say in words why one raw value is not acceptable (called for the first offending row only)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return "empty or missing value"
@@ -56,6 +57,8 @@ def _describe(value: Any, minimum: int) -> str:
         return "not a whole number"
     if abs(number) >= _INT64_LIMIT:
         return "outside the int64 range"
+    if maximum is not None and number > maximum:
+        return f"above the maximum {maximum}"
     if number == 0 and minimum > 0:
         return "zero"
     return "negative" if number < 0 else f"below the minimum {minimum}"
@@ -69,6 +72,7 @@ def to_int64_column(
     minimum: int,
     expected: str,
     lines: np.ndarray | None = None,
+    maximum: int | None = None,
 ) -> np.ndarray:
     """Convert a raw column to ``int64``, raising :class:`TraceError` at the first bad row.
 
@@ -79,6 +83,7 @@ def to_int64_column(
         minimum: the smallest valid value (1 for lengths in tokens, 0 for steps).
         expected: what a valid value looks like, in words, for the message.
         lines: optional file line of each row (JSONL), added to the message.
+        maximum: the largest valid value (``MAX_LENGTH`` for lengths), or None for the int64 range.
 
     Returns:
         A new ``int64`` array of the same length.
@@ -135,15 +140,19 @@ def to_int64_column(
         numbers = np.where(bad, minimum, np.minimum(numbers, np.iinfo(np.int64).max))
     ints = numbers.astype(np.int64)
     bad |= ints < minimum
+    if maximum is not None:
+        bad |= ints > maximum
     i = _first(bad)
     if i >= 0:
         value = raw[i].item() if isinstance(raw[i], np.generic) else raw[i]
         line = None if lines is None else int(lines[i])
-        raise TraceError.at_row(source, i + 1, field, value, _describe(value, minimum), expected, line=line)
+        problem = _describe(value, minimum, maximum)
+        raise TraceError.at_row(source, i + 1, field, value, problem, expected, line=line)
     return ints
 
 
-LENGTH_EXPECTED = "a positive whole number of tokens (>= 1)"
+MAX_LENGTH = 2**40
+LENGTH_EXPECTED = f"a positive whole number of tokens (1 to 2^40 = {MAX_LENGTH})"
 STEP_EXPECTED = "a non-negative whole step index (>= 0)"
 
 
@@ -172,7 +181,8 @@ class Trace:
 
     def __post_init__(self) -> None:
         lengths = to_int64_column(
-            self.lengths, source=self.source, field="length", minimum=1, expected=LENGTH_EXPECTED
+            self.lengths, source=self.source, field="length", minimum=1, expected=LENGTH_EXPECTED,
+            maximum=MAX_LENGTH,
         )
         if lengths.size == 0:
             raise TraceError(

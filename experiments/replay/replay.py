@@ -101,7 +101,7 @@ def check_log(log: RunLog, cost_model: AnalyticCostModel, origin: str = "run log
         try:
             plan, batch = plan_of(it, log.pool)
             validate_plan(plan, batch, max_tokens_per_rank=budget, kv_heads_per_rank=job.kv_heads_per_rank,
-                          heads_per_rank=job.heads_per_rank)
+                          heads_per_rank=job.heads_per_rank, pool_size=job.pool)
         except PlanError as e:
             raise LogError(f"{origin}: iteration {it.step}: {e} ({job.model.name} on {job.gpu.name} at TP{job.tp} "
                            f"PP{job.pp})") from None

@@ -54,7 +54,7 @@ def measure(scenario: str, seed: int, settings: list[str]) -> dict:
             out[spec.label] = None
             continue
         validate_plan(plan, batch, max_tokens_per_rank=cm.max_tokens_per_rank(),
-                      kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank)
+                      kv_heads_per_rank=job.kv_heads_per_rank, heads_per_rank=job.heads_per_rank, pool_size=job.pool)
         m = simulate_plan(plan, batch, cm, bound_cache=cache).metrics
         out[spec.label] = {"iteration_time_s": m.iteration_time_s, "efficiency": m.efficiency,
                            "num_microbatches": plan.num_microbatches}

@@ -3,6 +3,7 @@ greedy fallback, and a property test (small instances: the MILP is kept small an
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -120,3 +121,43 @@ def test_the_milp_runs_for_the_slowest_microbatches_only(monkeypatch) -> None:
     calls.clear()
     again = create_policy("flexsp", num_microbatches=6, max_milps=0).plan(batch, job, cm)
     assert calls == [] and again.meta["milp_solved"] == 0
+
+
+def _busy(stop) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(1000))
+
+
+def test_plans_do_not_depend_on_the_machines_load() -> None:
+    """Every limit counts work (nodes, variables, MILPs), not seconds: a batch whose programs stop on the node
+    limit gives the same plan on an idle machine, with the CPU busy (a second process spinning), and with a
+    safety-net time limit far above what any solve takes. (With the old 2 s wall-clock limit, plans of
+    gb200-nvl72-qwen72b-256k changed with the machine's load.)"""
+    import multiprocessing
+
+    job = small_job(pool=8, pp=2, max_tokens_per_rank=4096, context_len=32768)
+    cm = AnalyticCostModel(job)
+    rng = np.random.default_rng(7)
+    batch = GlobalBatch.of(np.clip(rng.lognormal(8.5, 1.2, 40).astype(np.int64), 1, 8 * 4096))
+    idle = create_policy("flexsp", node_limit=3).plan(batch, job, cm)
+    stop = multiprocessing.Event()
+    hogs = [multiprocessing.Process(target=_busy, args=(stop,)) for _ in range(2)]
+    for h in hogs:
+        h.start()
+    try:
+        busy = create_policy("flexsp", node_limit=3).plan(batch, job, cm)
+    finally:
+        stop.set()
+        for h in hogs:
+            h.join()
+    patient = create_policy("flexsp", node_limit=3, time_limit_s=1e6).plan(batch, job, cm)
+    assert idle.meta["milp_solved"] > 0  # the MILP ran (and changed the plan), so the check has teeth
+    assert idle == busy == patient
+
+
+def test_no_wall_clock_budget_option() -> None:
+    """The per-batch wall-clock budget (total_time_limit_s) is gone: it made plans depend on the load."""
+    assert "total_time_limit_s" not in {f.name for f in dataclasses.fields(flexsp.FlexSP)}
+    with pytest.raises(PolicyError, match="total_time_limit_s"):
+        create_policy("flexsp", total_time_limit_s=1.0)
+    assert create_policy("flexsp").time_limit_s >= 600  # a safety net, not a limit that binds

@@ -1,0 +1,1 @@
+../../src/dcpsim/userfile.py
