@@ -49,6 +49,7 @@ class FitReport:
     groups: dict[GroupKey, SaturatingCurve] = field(default_factory=dict)
     group_mape: dict[GroupKey, float] = field(default_factory=dict)
     loo_median: dict[str, float] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()  # terms that could not be fitted and kept the base (one line each)
 
     def term(self, key: str) -> OpFit:
         return next(t for t in self.terms if t.key == key)

@@ -320,12 +320,22 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
         terms.append(OpFit("gemm", "base", {"peak_tflops": gemm.peak_tflops, "half": gemm.half},
                            note=f"not profiled; from {base.name}"))
     comm = dict(base.comm)
+    warnings: list[str] = []
     coll = profile[profile["op"].isin(COLLECTIVES)]
     for (op, link), g in coll.groupby(["op", "link"], sort=True):
         key = f"{op}:{link}"
         b = comm.get(key) or base.link(op, link)
-        lm = fit_link(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64),
-                      g["seconds"].to_numpy(), b)
+        try:
+            lm = fit_link(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64),
+                          g["seconds"].to_numpy(), b)
+        except CalibrationError as e:  # timing noise (a loaded machine): keep the base's model, say so
+            why = (f"{key}: {str(e).split(': ', 1)[-1]} ({len(g)} rows; timing noise?): kept {base.name}'s "
+                   f"link model")
+            terms.append(OpFit(key, "base", {"base_s": b.base_s, "hop_s": b.hop_s, "busbw_gbs": b.busbw_gbs},
+                               len(g), note=why))
+            warnings.append(why)
+            comm[key] = b
+            continue
         comm[key] = lm
         ape = abs_rel_errors(lm.seconds(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64)),
                    g["seconds"].to_numpy())
@@ -365,7 +375,7 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
     cal, ring_terms = fit_ring_overhead(profile, cal)
     layer_terms = layer_terms + ring_terms
     terms[3:3] = layer_terms  # after attn_fwd, attn_bwd, gemm; before the collectives
-    report = FitReport(name, kernel, d, tuple(terms), groups, group_mape, loo_summary(profile))
+    report = FitReport(name, kernel, d, tuple(terms), groups, group_mape, loo_summary(profile), tuple(warnings))
     return cal, report
 
 

@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import sys
 
 NAME = "calibrate"
 HELP = "fit a calibration JSON to profile tables (kernel curves, per-layer overhead, link models)"
@@ -64,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     fit = calibrate_profiles(args.profiles, args.output, gpu=args.gpu, base=args.base, name=args.name,
                              kernel=args.kernel, head_dim=args.head_dim, device=args.device)
     fitted = [t.key for t in fit.report.terms if t.how != "base"]
+    for w in fit.report.warnings:
+        print(f"warning: {w}", file=sys.stderr)
     print(f"wrote {fit.path}: calibration {fit.calibration.name!r} from {len(fit.profile)} profile rows; "
           f"fitted {', '.join(fitted) or 'nothing'}; other terms from {fit.base.name}")
     if args.report:

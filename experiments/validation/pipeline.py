@@ -149,6 +149,8 @@ def _run(settings: ValidateSettings, say: Say) -> dict[str, Any]:
         pj["settings"] = profile_settings(settings, budget).to_dict()
         run_profile(pj, settings.nproc, settings.threads, settings.timeout)
     cal, report = calibrate(read_profile(profile_path), settings, dtype)
+    for w in report.warnings:
+        say(f"warning: {w}")
     (out / "calibration.json").write_text(cal.to_json() + "\n")
     cm = AnalyticCostModel(job, cal)
 

@@ -248,3 +248,29 @@ def test_a_calibration_equal_to_the_default_gives_the_same_simulation(tmp_path):
         results.append((plan.to_json(), r.timeline.to_frame().to_json(), repr(r.metrics)))
     assert results[0] == results[1]
     assert max(len(g.ranks) for mb in plan.microbatches for g in mb.groups) > 1  # CP communication is priced
+
+
+def test_a_collective_whose_times_do_not_grow_keeps_the_base_with_a_warning():
+    """Timing noise on a loaded machine (the times of an all-to-all fall with bytes) must not end the fit: the
+    collective keeps the base calibration's link model, and the report says so in one line."""
+    import pandas as pd
+
+    from dcpsim.cost_models.calibration import default_calibration
+    from dcpsim.cost_models.fitting import fit_calibration
+    from dcpsim.cost_models.presets import get_gpu
+
+    base = default_calibration(get_gpu("h100"))
+    rows = [dict(op="all_to_all", link="nvlink", bytes=b, group_size=4, seconds=s, device="cpu", source="")
+            for b, s in ((1 << 20, 3e-3), (1 << 22, 2e-3), (1 << 24, 1e-3))]
+    rows += [dict(op="all_gather", link="nvlink", bytes=b, group_size=4, seconds=1e-5 + b / 100e9, device="cpu",
+                  source="") for b in (1 << 20, 1 << 22, 1 << 24)]
+    from dcpsim.cost_models.profile_table import COLUMNS, validate_profile
+
+    profile = validate_profile(pd.DataFrame(rows).reindex(columns=COLUMNS).astype(object).fillna("").astype(str))
+    cal, report = fit_calibration(profile, base, "noisy")
+    assert len(report.warnings) == 1 and report.warnings[0].startswith("all_to_all:nvlink: ")
+    assert "do not grow with bytes" in report.warnings[0]
+    assert cal.link("all_to_all", "nvlink") == base.link("all_to_all", "nvlink")
+    assert report.term("all_to_all:nvlink").how == "base"
+    assert report.term("all_gather:nvlink").how == "fitted"
+    assert cal.link("all_gather", "nvlink").busbw_gbs != base.link("all_gather", "nvlink").busbw_gbs
