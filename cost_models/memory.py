@@ -54,7 +54,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from dcpsim.cost_models import recompute as rc
 from dcpsim.cost_models.errors import InfeasibleError
 from dcpsim.cost_models.head import logits_bytes

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
-
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, ModelSpec, get_gpu, get_model
 from dcpsim.cost_models.terms import CostTerms
 
@@ -78,11 +77,11 @@ class Row:
     published: float  # tokens/s/GPU
 
     def job(self, **changes) -> JobSpec:
-        fields = dict(model=MODELS[self.model], gpu=get_gpu(self.gpu), tp=self.tp, pp=self.pp,
-                      pool=self.dp * self.cp, vpp=self.vp, context_len=self.seq_len * self.mbs,
-                      global_batch_tokens=self.gbs * self.seq_len,
-                      tp_comm_overlap=TP_OVERLAP_HIDDEN if self.tp_overlap else 0.0,
-                      grad_reduce_in_fp32=False, overlap_grad_reduce=True, overlap_param_gather=True)
+        fields = {"model": MODELS[self.model], "gpu": get_gpu(self.gpu), "tp": self.tp, "pp": self.pp,
+                      "pool": self.dp * self.cp, "vpp": self.vp, "context_len": self.seq_len * self.mbs,
+                      "global_batch_tokens": self.gbs * self.seq_len,
+                      "tp_comm_overlap": TP_OVERLAP_HIDDEN if self.tp_overlap else 0.0,
+                      "grad_reduce_in_fp32": False, "overlap_grad_reduce": True, "overlap_param_gather": True}
         fields.update(changes)
         return JobSpec(**fields)
 
