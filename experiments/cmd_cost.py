@@ -28,6 +28,7 @@ from dcpsim.cost_models.gpu_files import resolve_gpu
 from dcpsim.cost_models import flops as fl
 from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
 from dcpsim.cost_models.head import embedding_compute_s, head_compute_s
+from dcpsim.cost_models.memory import memory_breakdown
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.options import positive_int
@@ -64,6 +65,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j.add_argument("--tp-comm-overlap", type=float, default=0.0, metavar="FRACTION",
                    help="fraction of the TP all-gathers / reduce-scatters hidden behind GEMMs (default 0: "
                         "exposed, as Megatron-LM without --tp-comm-overlap)")
+    j.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
+                   help="activation recompute, Megatron-LM's --recompute-granularity (default none: Megatron-LM's "
+                        "default); its re-run forward is a row, in the backward")
+    mem = p.add_argument_group("memory (--memory: the whole model's per-GPU breakdown instead of one layer)")
+    mem.add_argument("--memory", action="store_true",
+                     help="print weights, gradients, optimizer shard, activations, transient buffers per stage "
+                          "for microbatches of --seq-len tokens over --cp ranks (needs --model)")
+    mem.add_argument("--pp", type=positive_int, default=1, help="pipeline stages (default 1)")
+    mem.add_argument("--vpp", type=positive_int, default=1, help="virtual stages per pipeline rank (default 1)")
+    mem.add_argument("--pool", type=positive_int, help="DP x CP ranks per stage (default --cp)")
+    mem.add_argument("--grad-reduce-in-fp32", action=argparse.BooleanOptionalAction, default=True,
+                     help="fp32 gradient buffers (default on, as Megatron-LM with --bf16)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
@@ -105,7 +118,8 @@ def predict(args: argparse.Namespace) -> dict:
     gpu = resolve_gpu(args.gpu)
     L, c = args.seq_len, args.cp
     job = JobSpec(model=model, gpu=gpu, tp=args.tp, pp=1, pool=c, context_len=L, global_batch_tokens=L,
-                  tp_comm_overlap=args.tp_comm_overlap, attention_backend=args.attention_backend)
+                  tp_comm_overlap=args.tp_comm_overlap, attention_backend=args.attention_backend,
+                  recompute=args.recompute)
     u = _ulysses(args, job)
     cal = Calibration.load(args.calibration) if args.calibration else default_calibration(gpu)
     one = GroupBatch(seq_len=np.array([L], dtype=np.int64), seq_group=np.array([0], dtype=np.int64),
@@ -113,6 +127,8 @@ def predict(args: argparse.Namespace) -> dict:
                      first_rank=np.array([0], dtype=np.int64))
     layer = replace(CostTerms(), lm_head=False)  # one layer: the ends of the pipeline are reported apart
     full = AnalyticCostModel(job, cal, layer).group_costs(one)
+    no_rc = AnalyticCostModel(job, cal, replace(layer, recompute=False)).group_costs(one)
+    recompute_bwd = float(full.total_s[0] - no_rc.total_s[0])
     kernels = cal.without_fixed_costs()
     attn = AnalyticCostModel(job, replace(kernels, gemm=FREE), layer).group_costs(one)
     no_attn = replace(kernels, attn_fwd=FREE, attn_bwd=FREE)
@@ -137,7 +153,7 @@ def predict(args: argparse.Namespace) -> dict:
         "cp_comm_fwd_s": float(full.fwd_comm_s[0]), "cp_comm_bwd_s": float(full.bwd_comm_s[0]),
         "tp_comm_fwd_s": float(np.asarray(full.fwd_tp_comm_s).reshape(-1)[0]),
         "tp_comm_bwd_s": float(np.asarray(full.bwd_tp_comm_s).reshape(-1)[0]),
-        "total_s": float(full.total_s[0]),
+        "total_s": float(full.total_s[0]), "recompute": args.recompute, "recompute_bwd_s": recompute_bwd,
         "embedding_fwd_s": float(emb_f[0]), "embedding_bwd_s": float(emb_b[0]),
         "lm_head_loss_fwd_s": float(head_f[0]), "lm_head_loss_bwd_s": float(head_b[0]),
         "flops": {"attention_fwd": att_f, "attention_bwd": fl.ATTENTION_BWD_FACTOR * att_f,
@@ -148,6 +164,8 @@ def predict(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.report import format_table  # pandas: loaded only when run
 
+    if args.memory:
+        return _print_memory(args, format_table)
     r = predict(args)
     if args.json:
         print(json.dumps(r, sort_keys=True))
@@ -165,11 +183,37 @@ def run(args: argparse.Namespace) -> int:
              tf(fp["linear_bwd"], r["linear_bwd_s"])],
             ["fixed costs (layer, ring steps, microbatch)", ms(r["overhead_fwd_s"]), ms(r["overhead_bwd_s"]), "", ""],
             ["CP comm (exposed)", ms(r["cp_comm_fwd_s"]), ms(r["cp_comm_bwd_s"]), "", ""],
-            ["TP comm (exposed)", ms(r["tp_comm_fwd_s"]), ms(r["tp_comm_bwd_s"]), "", ""]]
+            ["TP comm (exposed)", ms(r["tp_comm_fwd_s"]), ms(r["tp_comm_bwd_s"]), "", ""],
+            [f"recompute {r['recompute']} (re-run forward)", "0", ms(r["recompute_bwd_s"]), "", ""]]
     fwd = (r["attention_fwd_s"] + r["linear_fwd_s"] + r["overhead_fwd_s"] + r["cp_comm_fwd_s"]
            + r["tp_comm_fwd_s"])
     rows.append(["total (one layer)", ms(fwd), ms(r["total_s"] - fwd), "", ""])
     rows.append(["first stage: embedding", ms(r["embedding_fwd_s"]), ms(r["embedding_bwd_s"]), "", ""])
     rows.append(["last stage: LM head + loss", ms(r["lm_head_loss_fwd_s"]), ms(r["lm_head_loss_bwd_s"]), "", ""])
     print(format_table(rows, ["term", "fwd ms", "bwd ms", "fwd TFLOP/s", "bwd TFLOP/s"]))
+    return 0
+
+
+def memory(args: argparse.Namespace) -> list[dict]:
+    """Per stage, one GPU's memory (cost_models.memory.memory_breakdown) of the whole --model."""
+    if not args.model:
+        raise ScenarioError("--memory needs --model PRESET (the whole model's parameters)")
+    job = JobSpec(model=get_model(args.model), gpu=resolve_gpu(args.gpu), tp=args.tp, pp=args.pp, vpp=args.vpp,
+                  pool=args.pool or args.cp, context_len=args.seq_len, recompute=args.recompute,
+                  grad_reduce_in_fp32=args.grad_reduce_in_fp32)
+    return [memory_breakdown(job, s, args.seq_len / args.cp, cp=args.cp > 1).to_dict() for s in range(job.pp)]
+
+
+def _print_memory(args: argparse.Namespace, format_table) -> int:
+    parts = memory(args)
+    if args.json:
+        print(json.dumps(parts, sort_keys=True))
+        return 0
+    cols = ["weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "transient_gb", "reserve_gb",
+            "step_copy_gb", "total_gb"]
+    print(f"per GPU, GB: {args.model} on {args.gpu}, TP{args.tp} PP{args.pp} VP{args.vpp} pool "
+          f"{args.pool or args.cp}, {args.seq_len:,} tokens per microbatch over CP{args.cp}, recompute "
+          f"{args.recompute} (step copy: not alive with the activations; total counts the larger)")
+    rows = [[str(p["stage"])] + [f"{p[c]:.2f}" for c in cols] for p in parts]
+    print(format_table(rows, ["stage"] + [c[:-3] for c in cols]))
     return 0

@@ -83,3 +83,22 @@ def test_fast_pricing_matches_group_costs(mode):
 def test_bad_settings_are_one_clear_error(kw, field):
     with pytest.raises(SpecError, match=field):
         job(**kw)
+
+
+def test_cli_flags_reach_the_job_and_cost_prints_the_breakdown(capsys):
+    import json
+
+    from dcpsim.experiments.cli import main
+    from dcpsim.experiments.options import scenario_from_args
+    from dcpsim.experiments.scenario import DEFAULT_SCENARIO
+
+    ns = type("A", (), {"recompute": "full", "recompute_method": "block", "recompute_num_layers": 2,
+                        "overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False})()
+    j = scenario_from_args(ns).job()
+    assert (j.recompute, j.recompute_method, j.recompute_layers) == ("full", "block", 2)
+    assert j.overlap_grad_reduce and j.overlap_param_gather and not j.grad_reduce_in_fp32
+    assert "recompute" not in DEFAULT_SCENARIO.to_dict()  # defaults: outputs as before the fields existed
+    assert main(["cost", "--model", "llama3-8b", "--seq-len", "8192", "--cp", "2", "--pool", "8", "--memory",
+                 "--json"]) == 0
+    (stage,) = json.loads(capsys.readouterr().out)
+    assert stage["weights_gb"] == pytest.approx(2 * 8.03, rel=0.01) and stage["gradients_gb"] == pytest.approx(4 * 8.03, rel=0.01)
