@@ -66,8 +66,6 @@ CHECKPOINT_BYTES_PER_TOKEN_HIDDEN = 2.0  # a full-recompute checkpoint: the laye
 BF16_BYTES, FP32_BYTES = 2.0, 4.0
 WEIGHT_BYTES_PER_PARAM = BF16_BYTES
 MASTER_AND_ADAM_BYTES_PER_PARAM = 12.0  # fp32 master weights and two fp32 Adam moments (sharded over W)
-STATE_BYTES_PER_PARAM = WEIGHT_BYTES_PER_PARAM + FP32_BYTES  # on every rank with fp32 gradients: 6
-SHARDED_STATE_BYTES_PER_PARAM = MASTER_AND_ADAM_BYTES_PER_PARAM  # with fp32 gradients: 12 / W
 RING_BUFFERS = 4  # K,V and dK,dV chunks, current and next step, in the ring's backward (module docstring)
 
 
@@ -116,9 +114,14 @@ def model_state_parts(job: JobSpec, stage: int) -> tuple[float, float, float]:
 
 
 def model_state_bytes(job: JobSpec, stage: int) -> float:
-    """Weights, gradients and optimizer states on one GPU of ``stage`` (:func:`model_state_parts`)."""
-    w, g, o = model_state_parts(job, stage)
-    return w + g + o
+    """Weights, gradients and optimizer states on one GPU of ``stage``: :func:`model_state_parts` summed, as
+    (w + g) + o / W bytes per parameter (the first version's order of operations)."""
+    w, g, o = state_bytes_per_param(job)
+    if job.model.is_moe:
+        experts = stage_expert_params(job, stage)
+        dense = stage_params(job, stage) - experts
+        return dense / job.tp * (w + g + o / job.pool) + experts / job.tp * ((w + g) / job.ep + o / job.pool)
+    return stage_params(job, stage) / job.tp * (w + g + o / job.pool)
 
 
 def _recompute(job: JobSpec, terms: CostTerms) -> JobSpec:
@@ -226,8 +229,12 @@ def peak_memory_bytes(job: JobSpec, stage: int, tokens_in_flight: np.ndarray,
     tif = np.asarray(tokens_in_flight, dtype=np.float64)
     largest = tif if largest_tokens is None else largest_tokens
     cp = largest if cp_tokens is None else cp_tokens
-    alive = activation_bytes_per_token(job, terms, stage) * tif + transient_bytes(job, stage, largest, cp, terms)
-    return model_state_bytes(job, stage) + job.memory_reserve_gb * 1e9 + np.maximum(alive, step_copy_bytes(job, stage))
+    states = model_state_bytes(job, stage) + job.memory_reserve_gb * 1e9
+    act, transient = activation_bytes_per_token(job, terms, stage) * tif, transient_bytes(job, stage, largest, cp, terms)
+    step = step_copy_bytes(job, stage)
+    if not step:  # (fp32 gradients: the sum in the first version's order)
+        return states + act + transient
+    return states + np.maximum(act + transient, step)
 
 
 @dataclass(frozen=True)
