@@ -14,6 +14,8 @@ Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer grou
   activation, residuals, framework dispatch, the ring's per-step launches, the schedule's P2P launches).
   Added here and nowhere else; they do not depend on the group's tokens, so each extra microbatch and each
   extra ring step pays them again.
+* Memory-bound operators (CostTerms.kernels; cost_models.kernels): norms, RoPE, the MLP activation and the
+  residual adds by the bytes they move at HBM bandwidth, per token, forward and backward.
 * Recompute (CostTerms.recompute; cost_models.recompute): selective adds the attention forward to the
   backward; full adds the recomputed share of the layers' forward compute, fixed costs, CP and TP
   communication (the stage's ends are not recomputed: added after).
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dcpsim.cost_models import moe, recompute
+from dcpsim.cost_models import kernels, moe, recompute
 from dcpsim.cost_models.analytic_comm import AnalyticCommunication
 from dcpsim.cost_models.analytic_pricing import AnalyticPricing
 from dcpsim.cost_models.attention_backends import default_backend
@@ -183,6 +185,10 @@ class AnalyticCostModel(AnalyticCommunication):
             cp_f, cp_b = (ring_f + a2a) * nl, (ring_b + a2a) * nl
         fwd = lin_f + att_f
         bwd = LINEAR_BWD_FACTOR * lin_f + att_b
+        if self.terms.kernels:  # memory-bound operators by bytes moved (cost_models.kernels)
+            kern_f, kern_b = kernels.stage_s(job, tpr, stage)
+            fwd = fwd + kern_f
+            bwd = bwd + kern_b
         if self.terms.fixed_costs:
             # no ring anywhere: every group's r − 1 steps are 0, one number (x + the same scalar is the same sum)
             if fixed is not None:

@@ -26,6 +26,7 @@ class CostTerms:
     links: bool = True  # transfers priced by the ranks they connect; NIC scaling across nodes
     memory_extra: bool = True  # logits, CP receive buffers and attention workspace in memory
     activation_shapes: bool = True  # activations counted from the model's shapes (GQA, MLP) instead of 34·h
+    kernels: bool = True  # memory-bound operators (norms, RoPE, activation, residuals) at HBM bandwidth
     recompute: bool = True  # the job's activation recompute (Megatron --recompute-*) in time and memory
     dp_overlap: bool = True  # the job's --overlap-grad-reduce / --overlap-param-gather hide DP collectives
 

@@ -26,6 +26,7 @@ import numpy as np
 from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_model
 from dcpsim.cost_models.gpu_files import resolve_gpu
 from dcpsim.cost_models import flops as fl
+from dcpsim.cost_models import kernels as memory_kernels
 from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
 from dcpsim.cost_models.head import embedding_compute_s, head_compute_s
 from dcpsim.cost_models.memory import memory_breakdown
@@ -127,8 +128,10 @@ def predict(args: argparse.Namespace) -> dict:
                      first_rank=np.array([0], dtype=np.int64))
     layer = replace(CostTerms(), lm_head=False)  # one layer: the ends of the pipeline are reported apart
     full = AnalyticCostModel(job, cal, layer).group_costs(one)
+    layer = replace(layer, kernels=False)  # the rows below price attention and GEMMs alone; kernels: their own row
     no_rc = AnalyticCostModel(job, cal, replace(layer, recompute=False)).group_costs(one)
-    recompute_bwd = float(full.total_s[0] - no_rc.total_s[0])
+    recompute_bwd = float(AnalyticCostModel(job, cal, layer).group_costs(one).total_s[0] - no_rc.total_s[0])
+    mem_f, mem_b = memory_kernels.stage_s(job, np.array([L / c]), 0) if CostTerms().kernels else (np.zeros(1), np.zeros(1))
     kernels = cal.without_fixed_costs()
     attn = AnalyticCostModel(job, replace(kernels, gemm=FREE), layer).group_costs(one)
     no_attn = replace(kernels, attn_fwd=FREE, attn_bwd=FREE)
@@ -154,6 +157,7 @@ def predict(args: argparse.Namespace) -> dict:
         "tp_comm_fwd_s": float(np.asarray(full.fwd_tp_comm_s).reshape(-1)[0]),
         "tp_comm_bwd_s": float(np.asarray(full.bwd_tp_comm_s).reshape(-1)[0]),
         "total_s": float(full.total_s[0]), "recompute": args.recompute, "recompute_bwd_s": recompute_bwd,
+        "memory_kernels_fwd_s": float(mem_f[0]), "memory_kernels_bwd_s": float(mem_b[0]),
         "embedding_fwd_s": float(emb_f[0]), "embedding_bwd_s": float(emb_b[0]),
         "lm_head_loss_fwd_s": float(head_f[0]), "lm_head_loss_bwd_s": float(head_b[0]),
         "flops": {"attention_fwd": att_f, "attention_bwd": fl.ATTENTION_BWD_FACTOR * att_f,
@@ -184,9 +188,11 @@ def run(args: argparse.Namespace) -> int:
             ["fixed costs (layer, ring steps, microbatch)", ms(r["overhead_fwd_s"]), ms(r["overhead_bwd_s"]), "", ""],
             ["CP comm (exposed)", ms(r["cp_comm_fwd_s"]), ms(r["cp_comm_bwd_s"]), "", ""],
             ["TP comm (exposed)", ms(r["tp_comm_fwd_s"]), ms(r["tp_comm_bwd_s"]), "", ""],
+            ["memory-bound kernels (norms, RoPE, activation, residual)", ms(r["memory_kernels_fwd_s"]),
+             ms(r["memory_kernels_bwd_s"]), "", ""],
             [f"recompute {r['recompute']} (re-run forward)", "0", ms(r["recompute_bwd_s"]), "", ""]]
     fwd = (r["attention_fwd_s"] + r["linear_fwd_s"] + r["overhead_fwd_s"] + r["cp_comm_fwd_s"]
-           + r["tp_comm_fwd_s"])
+           + r["tp_comm_fwd_s"] + r["memory_kernels_fwd_s"])
     rows.append(["total (one layer)", ms(fwd), ms(r["total_s"] - fwd), "", ""])
     rows.append(["first stage: embedding", ms(r["embedding_fwd_s"]), ms(r["embedding_bwd_s"]), "", ""])
     rows.append(["last stage: LM head + loss", ms(r["lm_head_loss_fwd_s"]), ms(r["lm_head_loss_bwd_s"]), "", ""])
