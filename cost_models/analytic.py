@@ -186,9 +186,9 @@ class AnalyticCostModel(AnalyticCommunication):
         fwd = lin_f + att_f
         bwd = LINEAR_BWD_FACTOR * lin_f + att_b
         if self.terms.kernels:  # memory-bound operators by bytes moved (cost_models.kernels)
-            kern_f, kern_b = kernels.stage_s(job, tpr, stage)
-            fwd = fwd + kern_f
-            bwd = bwd + kern_b
+            kern_f, kern_b = self._memoized(f"kernels{stage}", lambda: kernels.per_token_s(job, stage))
+            fwd = fwd + tpr * kern_f
+            bwd = bwd + tpr * kern_b
         if self.terms.fixed_costs:
             # no ring anywhere: every group's r − 1 steps are 0, one number (x + the same scalar is the same sum)
             if fixed is not None:

@@ -53,6 +53,12 @@ def layer_bytes(model: ModelSpec, moe_layer: bool = False) -> tuple[float, float
 def stage_s(job: JobSpec, tokens_per_rank: np.ndarray, stage: int) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of the stage's memory-bound operators for ``tokens_per_rank`` tokens on one
     GPU of the TP group."""
+    fwd, bwd = per_token_s(job, stage)
+    return tokens_per_rank * fwd, tokens_per_rank * bwd
+
+
+def per_token_s(job: JobSpec, stage: int) -> tuple[float, float]:
+    """Forward and backward seconds per token per rank of the stage's memory-bound operators."""
     dense, moe = stage_layers(job, stage) if job.model.is_moe else (job.layers_per_stage, 0)
     fd, bd = layer_bytes(job.model)
     fwd, bwd = dense * fd, dense * bd
@@ -60,4 +66,4 @@ def stage_s(job: JobSpec, tokens_per_rank: np.ndarray, stage: int) -> tuple[np.n
         fm, bm = layer_bytes(job.model, moe_layer=True)
         fwd, bwd = fwd + moe * fm, bwd + moe * bm
     per_token = 1.0 / (job.tp * job.gpu.hbm_bw_gbs * 1e9)
-    return tokens_per_rank * (fwd * per_token), tokens_per_rank * (bwd * per_token)
+    return fwd * per_token, bwd * per_token
