@@ -14,6 +14,11 @@ Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer grou
   activation, residuals, framework dispatch, the ring's per-step launches, the schedule's P2P launches).
   Added here and nowhere else; they do not depend on the group's tokens, so each extra microbatch and each
   extra ring step pays them again.
+* Memory-bound operators (CostTerms.kernels; cost_models.kernels): norms, RoPE, the MLP activation and the
+  residual adds by the bytes they move at HBM bandwidth, per token, forward and backward.
+* Recompute (CostTerms.recompute; cost_models.recompute): selective adds the attention forward to the
+  backward; full adds the recomputed share of the layers' forward compute, fixed costs, CP and TP
+  communication (the stage's ends are not recomputed: added after).
 * Ends of the pipeline (CostTerms.lm_head; cost_models.head): the embedding at stage 0, the LM head and
   loss at stage p − 1.
 * Communication (CP ring and Ulysses, TP, PP, DP collectives; their link classes): cost_models.analytic_comm.
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dcpsim.cost_models import moe
+from dcpsim.cost_models import kernels, moe, recompute
 from dcpsim.cost_models.analytic_comm import AnalyticCommunication
 from dcpsim.cost_models.analytic_pricing import AnalyticPricing
 from dcpsim.cost_models.attention_backends import default_backend
@@ -180,6 +185,10 @@ class AnalyticCostModel(AnalyticCommunication):
             cp_f, cp_b = (ring_f + a2a) * nl, (ring_b + a2a) * nl
         fwd = lin_f + att_f
         bwd = LINEAR_BWD_FACTOR * lin_f + att_b
+        if self.terms.kernels:  # memory-bound operators by bytes moved (cost_models.kernels)
+            kern_f, kern_b = self._memoized(f"kernels{stage}", lambda: kernels.per_token_s(job, stage))
+            fwd = fwd + tpr * kern_f
+            bwd = bwd + tpr * kern_b
         if self.terms.fixed_costs:
             # no ring anywhere: every group's r − 1 steps are 0, one number (x + the same scalar is the same sum)
             if fixed is not None:
@@ -190,6 +199,13 @@ class AnalyticCostModel(AnalyticCommunication):
                 fixed_f, fixed_b = self._memoized("fixed_no_ring", lambda: self.fixed_s(np.ones(1)))
             fwd = fwd + fixed_f
             bwd = bwd + fixed_b
+        if self.terms.recompute and job.recompute != "none":  # the backward re-runs forward work (recompute)
+            if job.recompute == "selective":
+                bwd = bwd + att_f
+            else:
+                frac = recompute.recomputed_fraction(job)
+                bwd = bwd + frac * fwd
+                cp_b = cp_b + frac * cp_f
         return fwd, cp_f, bwd, cp_b, tpr
 
     def _at_stage(self, core: tuple, first_rank: np.ndarray, stage: int) -> tuple:
@@ -205,6 +221,8 @@ class AnalyticCostModel(AnalyticCommunication):
             tp_layer = self.tp_comm_layer_s(tpr)
             end_tp_f, end_tp_b = (ends[2], ends[3]) if ends is not None else (0.0, 0.0)
             tp_f, tp_b = tp_layer * nl + end_tp_f, tp_layer * nl + end_tp_b
+            if self.terms.recompute and job.recompute == "full":  # the re-run forward's TP collectives
+                tp_b = tp_b + recompute.recomputed_fraction(job) * tp_layer * nl
         ep_f: np.ndarray | float = 0.0
         ep_b: np.ndarray | float = 0.0
         if m.is_moe:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dcpsim.cost_models import moe
+from dcpsim.cost_models import dp_overlap, moe
 from dcpsim.cost_models.base import GroupBatch
 from dcpsim.cost_models.calibration import Calibration, collective_terms
 from dcpsim.cost_models.memory import stage_params
@@ -221,8 +221,13 @@ class AnalyticCommunication:
         link = "network" if bool(spans_nodes(job, stage, 0, job.pool)) else "nvlink"
         rs = self._collective_s("reduce_scatter", link, nbytes, stage, 0, job.pool)
         ag = self._collective_s("all_gather", link, nbytes, stage, 0, job.pool)
+        if self.terms.dp_overlap:  # --overlap-grad-reduce / --overlap-param-gather (cost_models.dp_overlap)
+            rs_x, ag_x = dp_overlap.exposed_fractions(job, stage_params(job, stage) / job.tp)
+            rs, ag = rs * rs_x, ag * ag_x
+        else:
+            rs_x = ag_x = 1.0
         if experts:
-            return float(rs + ag) + moe.grad_sync_expert_s(job, self._cal, stage, link)
+            return float(rs + ag) + moe.grad_sync_expert_s(job, self._cal, stage, link, rs_x, ag_x)
         return float(rs + ag)
 
     def _collective_s(self, op: str, link: str, nbytes: float, stage: int, first: int, size: int) -> float:

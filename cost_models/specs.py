@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 
 MLP_MATRICES = {"swiglu": 3, "gelu": 2}  # weight matrices of one MLP (gate, up, down / up, down)
+RECOMPUTE_MODES = ("none", "selective", "full")  # Megatron-LM --recompute-granularity (none: flag absent)
+RECOMPUTE_METHODS = ("uniform", "block")  # Megatron-LM --recompute-method
 
 
 def _require(cond: bool, what: str, value: object, valid: str) -> None:
@@ -269,6 +271,18 @@ class JobSpec:
     # Virtual stages (model chunks) per pipeline rank: V > 1 runs Megatron's interleaved 1F1B
     # (--num-virtual-stages-per-pipeline-rank; policies.pipeline_order), each chunk layers / (pp·V) layers.
     vpp: int = 1
+    # Activation recompute, Megatron-LM's --recompute-granularity (none: its default), --recompute-method and
+    # --recompute-num-layers (cost_models.recompute); recompute_layers None = 1 with full, unused otherwise.
+    recompute: str = "none"
+    recompute_method: str = "uniform"
+    recompute_layers: int | None = None
+    # Gradient buffers in fp32 (Megatron-LM with --bf16 accumulates and reduces gradients in fp32; NeMo's
+    # performance recipes set grad_reduce_in_fp32 = False: bf16 buffers), cost_models.memory.
+    grad_reduce_in_fp32: bool = True
+    # Megatron-LM's --overlap-grad-reduce and --overlap-param-gather (both off by default), with the distributed
+    # optimizer dcpsim always assumes (cost_models.dp_overlap).
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens", "ep"):
@@ -291,6 +305,22 @@ class JobSpec:
         _require(isinstance(self.tp_comm_overlap, (int, float)) and 0.0 <= self.tp_comm_overlap <= 1.0,
                  "job.tp_comm_overlap", self.tp_comm_overlap, "a fraction between 0 (exposed) and 1 (hidden)")
         check_attention_backend(self.attention_backend, "job.attention_backend")
+        _require(self.recompute in RECOMPUTE_MODES, "job.recompute", self.recompute,
+                 f"one of {', '.join(RECOMPUTE_MODES)}")
+        _require(self.recompute_method in RECOMPUTE_METHODS, "job.recompute_method", self.recompute_method,
+                 f"one of {', '.join(RECOMPUTE_METHODS)}")
+        if self.recompute_layers is not None:
+            _require(self.recompute == "full", "job.recompute_layers", self.recompute_layers,
+                     "unset unless job.recompute = 'full' (Megatron: --recompute-num-layers goes with full)")
+            _require(isinstance(self.recompute_layers, int) and not isinstance(self.recompute_layers, bool)
+                     and 1 <= self.recompute_layers <= self.layers_per_virtual_stage, "job.recompute_layers",
+                     self.recompute_layers, f"an integer in 1..{self.layers_per_virtual_stage} (the layers of one "
+                     "model chunk)")
+        for f in ("grad_reduce_in_fp32", "overlap_grad_reduce", "overlap_param_gather"):
+            _require(isinstance(getattr(self, f), bool), f"job.{f}", getattr(self, f), "true or false")
+        _require(self.overlap_grad_reduce or not self.overlap_param_gather, "job.overlap_param_gather", True,
+                 "false unless job.overlap_grad_reduce is true (Megatron: --overlap-param-gather needs "
+                 "--overlap-grad-reduce)")
         if self.ep > 1:
             _require(self.model.is_moe, "job.ep", self.ep, f"1 for the dense model {self.model.name!r} "
                      "(expert parallelism needs a MoE model)")

@@ -25,6 +25,10 @@ class CostTerms:
     attention_backend: bool = True  # per-backend attention curves (FA2 / FA3 / cuDNN), fwd and bwd
     links: bool = True  # transfers priced by the ranks they connect; NIC scaling across nodes
     memory_extra: bool = True  # logits, CP receive buffers and attention workspace in memory
+    activation_shapes: bool = True  # activations counted from the model's shapes (GQA, MLP) instead of 34·h
+    kernels: bool = True  # memory-bound operators (norms, RoPE, activation, residuals) at HBM bandwidth
+    recompute: bool = True  # the job's activation recompute (Megatron --recompute-*) in time and memory
+    dp_overlap: bool = True  # the job's --overlap-grad-reduce / --overlap-param-gather hide DP collectives
 
     @staticmethod
     def names() -> list[str]:

@@ -10,7 +10,8 @@ No valid plan of a batch, whatever policy made it, finishes an iteration of :fun
   least L·K/M since a group of c ranks holds at most c·M tokens; K is read off two 1-token probes. Before
   its first operation the stage waits for the cheapest possible forwards of stages < s (fill); after its
   last one it needs its own gradient sync and optimizer step, or the cheapest backwards of stages < s and
-  stage 0's sync (drain);
+  stage 0's sync (drain); interleaved with V model chunks per rank, fill and drain pass only chunk 0 of
+  those stages, 1/V of their compute (their transfers whole);
 * **critical chain**: every sequence's group runs its forward through stages 0..p−1 and its backward back
   to 0, with the PP transfers between, then stage 0 syncs: the longest such chain over the sequences, each at
   its best degree and engine.
@@ -150,6 +151,7 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
     """
     job = cost_model.job
     p = int(num_stages or job.pp)
+    V = int(getattr(job, "vpp", 1))  # model chunks per rank (interleaved 1F1B: docs/bound.md)
     W = int(job.pool)
     M = cost_model.max_tokens_per_rank() if max_tokens_per_rank == -1.0 else max_tokens_per_rank
     L = np.asarray(lengths, dtype=np.int64)
@@ -203,8 +205,9 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
                 per_seq += float(np.min(cand_c * (fixed_f[s] + fixed_b[s])))
             per_class[rep[s]] = per_seq
         mean_busy = per_class[rep[s]] / W
-        fill = float(min_f[:s].sum() + sum(zero_xfer[:s]))
-        drain = max(float(sync[s]), float(min_b[:s].sum() + sum(zero_xfer[:s]) + sync[0]))
+        # interleaved (V chunks per rank): the fill and drain pass chunk 0 of stages < s, 1/V of their compute
+        fill = float(min_f[:s].sum() / V + sum(zero_xfer[:s]))
+        drain = max(float(sync[s]), float(min_b[:s].sum() / V + sum(zero_xfer[:s]) + sync[0]))
         cand = fill + mean_busy + drain if len(L) else float(sync.max())
         if cand > work:
             work, work_stage = cand, s

@@ -146,16 +146,8 @@ def simulate_plan(plan: Plan, batch: GlobalBatch, cost_model: CostModel, *, num_
         tl, tokens=int(lengths.sum()), model_flops=cost_model.model_flops(lengths), num_gpus=job.num_gpus,
         peak_tflops=job.gpu.peak_bf16_tflops, peak_memory_gib=peak_gb * 1e9 / GIB,
         num_microbatches=plan.num_microbatches, scheduling_time_s=scheduling_time_s,
-        bound_s=_interleaved_bound(plan_bound(fp, lengths, cost_model, p, bound_cache), job.vpp))
+        bound_s=plan_bound(fp, lengths, cost_model, p, bound_cache).bound_s)
     return IterationResult(plan, tl, metrics, ot.events)
-
-
-def _interleaved_bound(bound: Bound, vpp: int) -> float:
-    """The bound's seconds for a schedule of ``vpp`` chunks per rank. sim.bound's work term charges the
-    non-interleaved fill and drain (whole stages), which interleaving shortens, so at V > 1 only its terms that
-    still hold are kept: the critical chain (a sequence's chunks add up to its stages; more transfers, each ≥ 0)
-    and the gradient sync."""
-    return bound.bound_s if vpp == 1 else max(bound.chain_s, bound.sync_s)
 
 
 def plan_bound(fp: FlatPlan, lengths: np.ndarray, cost_model: CostModel, num_stages: int,

@@ -74,6 +74,21 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--attention-backend", choices=("fa2", "fa3", "cudnn"),
                    help="attention kernels to price (default: TransformerEngine's pick on the GPU: cudnn on "
                         "Hopper; docs/cost_model.md)")
+    g.add_argument("--recompute", choices=("none", "selective", "full"),
+                   help="activation recompute, Megatron-LM's --recompute-granularity (default none: Megatron-LM's "
+                        "default, no recompute)")
+    g.add_argument("--recompute-method", choices=("uniform", "block"),
+                   help="with --recompute full: Megatron-LM's --recompute-method (default uniform)")
+    g.add_argument("--recompute-num-layers", type=positive_int, metavar="N",
+                   help="with --recompute full: Megatron-LM's --recompute-num-layers (default 1)")
+    g.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=None,
+                   help="bucketed gradient reduce-scatter behind the backward (default off, as Megatron-LM)")
+    g.add_argument("--overlap-param-gather", action=argparse.BooleanOptionalAction, default=None,
+                   help="parameter all-gather behind the next forward; needs --overlap-grad-reduce (default off, "
+                        "as Megatron-LM)")
+    g.add_argument("--grad-reduce-in-fp32", action=argparse.BooleanOptionalAction, default=None,
+                   help="fp32 gradient buffers (default on, as Megatron-LM with --bf16; NeMo's performance "
+                        "recipes turn it off)")
     g.add_argument("--cp-degree", type=positive_int, help="fixed CP degree of static-cp (default: smallest that fits)")
     g.add_argument("--slow-ranks", metavar="W=F,...",
                    help="stragglers: compute slow-down factors F ≥ 1 of pool rank W at every stage (W=F), of one "
@@ -98,7 +113,10 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in
                                ("model", "gpu", "tp", "pp", "vpp", "pool", "context_len", "global_batch_tokens", "trace",
                                 "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap", "attention_backend", "ep",
-                                "moe_recompute", "global_batch_seqs", "slow_ranks", "stragglers")}
+                                "moe_recompute", "global_batch_seqs", "slow_ranks", "stragglers", "recompute",
+                                "recompute_method", "overlap_grad_reduce", "overlap_param_gather",
+                                "grad_reduce_in_fp32")}
+    changes["recompute_layers"] = getattr(args, "recompute_num_layers", None)
     changes["max_tokens_per_rank"] = getattr(args, "max_seqlen_per_rank", None)
     if getattr(args, "gpu", None):
         changes["gpu_spec"] = {}  # --gpu replaces a scenario's [gpu] table

@@ -50,6 +50,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j.add_argument("--tp-comm-overlap", type=float, default=0.0, metavar="FRACTION",
                    help="fraction of the TP all-gathers / reduce-scatters hidden behind GEMMs (default 0: "
                         "exposed, as Megatron-LM without --tp-comm-overlap)")
+    j.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
+                   help="activation recompute, Megatron-LM's --recompute-granularity (default none: Megatron-LM's "
+                        "default); its re-run forward is a row, in the backward")
+    mem = p.add_argument_group("memory (--memory: the whole model's per-GPU breakdown instead of one layer)")
+    mem.add_argument("--memory", action="store_true",
+                     help="print weights, gradients, optimizer shard, activations, transient buffers per stage "
+                          "for microbatches of --seq-len tokens over --cp ranks (needs --model)")
+    mem.add_argument("--pp", type=positive_int, default=1, help="pipeline stages (default 1)")
+    mem.add_argument("--vpp", type=positive_int, default=1, help="virtual stages per pipeline rank (default 1)")
+    mem.add_argument("--pool", type=positive_int, help="DP x CP ranks per stage (default --cp)")
+    mem.add_argument("--grad-reduce-in-fp32", action=argparse.BooleanOptionalAction, default=True,
+                     help="fp32 gradient buffers (default on, as Megatron-LM with --bf16)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
@@ -57,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.inspection.layer_cost import LayerQuery, predict
     from dcpsim.experiments.output.tables import format_table  # pandas: loaded only when run
 
+    if args.memory:
+        return _print_memory(args, format_table)
     r = predict(LayerQuery.from_args(args))
     if args.json:
         print(json.dumps(r, sort_keys=True))
@@ -74,11 +88,31 @@ def run(args: argparse.Namespace) -> int:
              tf(fp["linear_bwd"], r["linear_bwd_s"])],
             ["fixed costs (layer, ring steps, microbatch)", ms(r["overhead_fwd_s"]), ms(r["overhead_bwd_s"]), "", ""],
             ["CP comm (exposed)", ms(r["cp_comm_fwd_s"]), ms(r["cp_comm_bwd_s"]), "", ""],
-            ["TP comm (exposed)", ms(r["tp_comm_fwd_s"]), ms(r["tp_comm_bwd_s"]), "", ""]]
+            ["TP comm (exposed)", ms(r["tp_comm_fwd_s"]), ms(r["tp_comm_bwd_s"]), "", ""],
+            ["memory-bound kernels (norms, RoPE, activation, residual)", ms(r["memory_kernels_fwd_s"]),
+             ms(r["memory_kernels_bwd_s"]), "", ""],
+            [f"recompute {r['recompute']} (re-run forward)", "0", ms(r["recompute_bwd_s"]), "", ""]]
     fwd = (r["attention_fwd_s"] + r["linear_fwd_s"] + r["overhead_fwd_s"] + r["cp_comm_fwd_s"]
-           + r["tp_comm_fwd_s"])
+           + r["tp_comm_fwd_s"] + r["memory_kernels_fwd_s"])
     rows.append(["total (one layer)", ms(fwd), ms(r["total_s"] - fwd), "", ""])
     rows.append(["first stage: embedding", ms(r["embedding_fwd_s"]), ms(r["embedding_bwd_s"]), "", ""])
     rows.append(["last stage: LM head + loss", ms(r["lm_head_loss_fwd_s"]), ms(r["lm_head_loss_bwd_s"]), "", ""])
     print(format_table(rows, ["term", "fwd ms", "bwd ms", "fwd TFLOP/s", "bwd TFLOP/s"]))
+    return 0
+
+
+def _print_memory(args: argparse.Namespace, format_table) -> int:
+    from dcpsim.experiments.inspection.layer_cost import MemoryQuery, memory
+
+    parts = memory(MemoryQuery.from_args(args))
+    if args.json:
+        print(json.dumps(parts, sort_keys=True))
+        return 0
+    cols = ["weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "transient_gb", "reserve_gb",
+            "step_copy_gb", "total_gb"]
+    print(f"per GPU, GB: {args.model} on {args.gpu}, TP{args.tp} PP{args.pp} VP{args.vpp} pool "
+          f"{args.pool or args.cp}, {args.seq_len:,} tokens per microbatch over CP{args.cp}, recompute "
+          f"{args.recompute} (step copy: not alive with the activations; total counts the larger)")
+    rows = [[str(p["stage"])] + [f"{p[c]:.2f}" for c in cols] for p in parts]
+    print(format_table(rows, ["stage"] + [c[:-3] for c in cols]))
     return 0

@@ -11,9 +11,11 @@ import numpy as np
 
 from dcpsim.cost_models import AnalyticCostModel, Calibration, GroupBatch, JobSpec, ModelSpec, get_model
 from dcpsim.cost_models import flops as fl
+from dcpsim.cost_models import kernels as memory_kernels
 from dcpsim.cost_models.calibration import SaturatingCurve, default_calibration
 from dcpsim.cost_models.gpu_files import resolve_gpu
 from dcpsim.cost_models.head import embedding_compute_s, head_compute_s
+from dcpsim.cost_models.memory import memory_breakdown
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.policies.engines import ulysses_degrees
@@ -41,6 +43,7 @@ class LayerQuery:
     calibration: str | None = None  # a calibration JSON; default: the GPU's shipped one
     attention_backend: str | None = None  # fa2, fa3, cudnn; default: TransformerEngine's pick on the GPU
     tp_comm_overlap: float = 0.0
+    recompute: str = "none"  # Megatron-LM's --recompute-granularity: none, selective, full
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> LayerQuery:
@@ -86,7 +89,8 @@ def predict(query: LayerQuery) -> dict:
     gpu = resolve_gpu(query.gpu)
     L, c = query.seq_len, query.cp
     job = JobSpec(model=model, gpu=gpu, tp=query.tp, pp=1, pool=c, context_len=L, global_batch_tokens=L,
-                  tp_comm_overlap=query.tp_comm_overlap, attention_backend=query.attention_backend)
+                  tp_comm_overlap=query.tp_comm_overlap, attention_backend=query.attention_backend,
+                  recompute=query.recompute)
     u = _ulysses(query, job)
     cal = Calibration.load(query.calibration) if query.calibration else default_calibration(gpu)
     one = GroupBatch(seq_len=np.array([L], dtype=np.int64), seq_group=np.array([0], dtype=np.int64),
@@ -94,6 +98,11 @@ def predict(query: LayerQuery) -> dict:
                      first_rank=np.array([0], dtype=np.int64))
     layer = replace(CostTerms(), lm_head=False)  # one layer: the ends of the pipeline are reported apart
     full = AnalyticCostModel(job, cal, layer).group_costs(one)
+    layer = replace(layer, kernels=False)  # the rows below price attention and GEMMs alone; kernels: their own row
+    no_rc = AnalyticCostModel(job, cal, replace(layer, recompute=False)).group_costs(one)
+    recompute_bwd = float(AnalyticCostModel(job, cal, layer).group_costs(one).total_s[0] - no_rc.total_s[0])
+    mem_f, mem_b = (memory_kernels.stage_s(job, np.array([L / c]), 0) if CostTerms().kernels
+                    else (np.zeros(1), np.zeros(1)))
     kernels = cal.without_fixed_costs()
     attn = AnalyticCostModel(job, replace(kernels, gemm=FREE), layer).group_costs(one)
     no_attn = replace(kernels, attn_fwd=FREE, attn_bwd=FREE)
@@ -118,9 +127,40 @@ def predict(query: LayerQuery) -> dict:
         "cp_comm_fwd_s": float(full.fwd_comm_s[0]), "cp_comm_bwd_s": float(full.bwd_comm_s[0]),
         "tp_comm_fwd_s": float(np.asarray(full.fwd_tp_comm_s).reshape(-1)[0]),
         "tp_comm_bwd_s": float(np.asarray(full.bwd_tp_comm_s).reshape(-1)[0]),
-        "total_s": float(full.total_s[0]),
+        "total_s": float(full.total_s[0]), "recompute": query.recompute, "recompute_bwd_s": recompute_bwd,
+        "memory_kernels_fwd_s": float(mem_f[0]), "memory_kernels_bwd_s": float(mem_b[0]),
         "embedding_fwd_s": float(emb_f[0]), "embedding_bwd_s": float(emb_b[0]),
         "lm_head_loss_fwd_s": float(head_f[0]), "lm_head_loss_bwd_s": float(head_b[0]),
         "flops": {"attention_fwd": att_f, "attention_bwd": fl.ATTENTION_BWD_FACTOR * att_f,
                   "linear_fwd": lin_f, "linear_bwd": fl.LINEAR_BWD_FACTOR * lin_f},
     }
+
+
+@dataclass(frozen=True)
+class MemoryQuery:
+    """``dcpsim cost --memory``: one GPU's memory of the whole model, per pipeline stage."""
+
+    model: str | None
+    seq_len: int
+    gpu: str = "h100"
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    pool: int | None = None  # DP x CP ranks per stage (default: cp)
+    recompute: str = "none"
+    grad_reduce_in_fp32: bool = True
+
+    @staticmethod
+    def from_args(args: argparse.Namespace) -> MemoryQuery:
+        return MemoryQuery(**{f.name: getattr(args, f.name) for f in fields(MemoryQuery)})
+
+
+def memory(query: MemoryQuery) -> list[dict]:
+    """Per stage, one GPU's memory (cost_models.memory.memory_breakdown) of the whole ``query.model``."""
+    if not query.model:
+        raise ScenarioError("--memory needs --model PRESET (the whole model's parameters)")
+    job = JobSpec(model=get_model(query.model), gpu=resolve_gpu(query.gpu), tp=query.tp, pp=query.pp,
+                  vpp=query.vpp, pool=query.pool or query.cp, context_len=query.seq_len, recompute=query.recompute,
+                  grad_reduce_in_fp32=query.grad_reduce_in_fp32)
+    return [memory_breakdown(job, s, query.seq_len / query.cp, cp=query.cp > 1).to_dict() for s in range(job.pp)]

@@ -48,6 +48,12 @@ class Scenario:
     attention_backend: str | None = None  # fa2, fa3, cudnn; default: TransformerEngine's pick on the GPU
     ep: int = 1  # expert-parallel degree of a MoE model, carved from the pool (cost_models.moe)
     moe_recompute: bool = True  # MoE layers recompute router + experts in the backward (cost_models.moe)
+    recompute: str = "none"  # activation recompute, Megatron's --recompute-granularity (none: its default)
+    recompute_method: str = "uniform"  # with full: Megatron's --recompute-method
+    recompute_layers: int = 0  # with full: Megatron's --recompute-num-layers (0: its usual 1)
+    overlap_grad_reduce: bool = False  # Megatron's --overlap-grad-reduce (off by default)
+    overlap_param_gather: bool = False  # Megatron's --overlap-param-gather (off by default)
+    grad_reduce_in_fp32: bool = True  # fp32 gradient buffers (Megatron with --bf16)
     global_batch_seqs: int = 0  # > 0: global batches of this many sequences (the token budget is then unused)
     slow_ranks: str = ""  # stragglers by name: '3=1.3,s2r5=1.5,gpu17=2' (cost_models.stragglers); '' = none
     stragglers: str = ""  # random stragglers: 'fraction=0.05,slowdown=lognormal:1.3:0.5,seed=1'; '' = none
@@ -68,6 +74,9 @@ class Scenario:
         d = dataclasses.asdict(self)
         if self.vpp == 1:  # the non-interleaved default: outputs as before the field existed
             del d["vpp"]
+        for f in STEP_FIELDS:  # Megatron step settings at their defaults: outputs as before the fields existed
+            if d[f] == getattr(DEFAULT_SCENARIO, f):
+                del d[f]
         d["policies"] = list(self.policies)
         d["num_gpus"] = self.num_gpus
         return d
@@ -77,7 +86,10 @@ class Scenario:
                        context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
                        memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank,
                        tp_comm_overlap=self.tp_comm_overlap, attention_backend=self.attention_backend, ep=self.ep, moe_recompute=self.moe_recompute,
-                       stragglers=self.straggler_spec())
+                       stragglers=self.straggler_spec(), recompute=self.recompute,
+                       recompute_method=self.recompute_method, recompute_layers=self.recompute_layers or None,
+                       overlap_grad_reduce=self.overlap_grad_reduce, overlap_param_gather=self.overlap_param_gather,
+                       grad_reduce_in_fp32=self.grad_reduce_in_fp32)
 
     def straggler_spec(self) -> Stragglers:
         """The stragglers named by ``slow_ranks`` and ``stragglers`` (cost_models.stragglers)."""
@@ -111,3 +123,5 @@ class Scenario:
 
 
 DEFAULT_SCENARIO = Scenario()
+STEP_FIELDS = ("recompute", "recompute_method", "recompute_layers", "overlap_grad_reduce", "overlap_param_gather",
+               "grad_reduce_in_fp32")  # Megatron training-step settings (cost_models.recompute, dp_overlap)

@@ -117,7 +117,7 @@ def test_golden_per_option_totals_of_the_version_before():
     # printed by group_costs(...).total_s at commit 1220d3e (before the probe path) for these groups
     lengths = [1, 2, 900, 30000, 250000]
     pick = [0, 5, 4, 6, 9]  # (1, 1), (8, 8), (8, 4), (16, 1), (64, 8)
-    golden = {("all", 0): GOLDEN_ALL_0, ("all", 3): GOLDEN_ALL_3, ("legacy", 3): GOLDEN_LEGACY_3}
+    golden = {("all,-kernels", 0): GOLDEN_ALL_0, ("all,-kernels", 3): GOLDEN_ALL_3, ("legacy", 3): GOLDEN_LEGACY_3}
     for (terms, stage), want in golden.items():
         cm = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms))
         got = cm.alone_stage_totals(lengths, OPTIONS[:, 0], OPTIONS[:, 1], (stage,), option=np.array(pick))[0]

@@ -52,7 +52,8 @@ def test_cli_reports_tp_comm_in_the_accepted_range(capsys):
     assert r["total_s"] == pytest.approx(r["attention_fwd_s"] + r["attention_bwd_s"] + r["linear_fwd_s"]
                                          + r["linear_bwd_s"] + r["overhead_fwd_s"] + r["overhead_bwd_s"]
                                          + r["cp_comm_fwd_s"] + r["cp_comm_bwd_s"] + r["tp_comm_fwd_s"]
-                                         + r["tp_comm_bwd_s"], rel=1e-12)
+                                         + r["tp_comm_bwd_s"] + r["memory_kernels_fwd_s"]
+                                         + r["memory_kernels_bwd_s"], rel=1e-12)
     assert main(["cost", "--model", "llama3-70b", "--tp", "8", "--seq-len", "8192", "--json",
                  "--tp-comm-overlap", "0.75"]) == 0
     q = json.loads(capsys.readouterr().out)

@@ -237,7 +237,7 @@ def test_activations_in_flight_follow_the_interleaved_warmup():
 
 
 def test_bound_stays_below_interleaved_iterations():
-    """At V > 1 the reported bound keeps only the terms interleaving cannot beat (chain, sync)."""
+    """At V > 1 the reported bound (interleaved fill and drain: tests/sim/test_bound_interleaved.py) stays below."""
     plan, batch = uniform_plan(4, 8)
     for vpp in (1, 2, 4):
         cm = ConstantCostModel(small_job(pp=4, pool=4, vpp=vpp))

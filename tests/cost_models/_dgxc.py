@@ -1,0 +1,118 @@
+"""The dgxc-benchmarking NeMo BF16 recipe rows (cost_models/data/measured/dgxc_recipes_bf16.csv) as dcpsim jobs.
+
+Each row runs as published: TP, PP, CP, DP, VP, sequence length, micro batch size (a context window of
+mbs · seq_len tokens), global batch; recompute as the tables state it (none listed: none); TP overlap where
+the source enables it. What the tables do not state, from NeMo's recipes (nemo/collections/llm/recipes/*.py,
+``pretrain_recipe`` / ``pretrain_performance_optimizations``):
+
+* the distributed optimizer with ``overlap_grad_reduce`` and ``overlap_param_gather`` on (the recipes'
+  ``DistributedDataParallelConfig``);
+* bf16 gradient buffers (``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` in the performance
+  optimizations of e.g. gpt3_175b.py, mixtral_8x7b.py, grok1 314b: assumed for every row).
+
+Models: the presets where dcpsim has them; the others from their published configurations (below). Rows
+that cannot run as published are left out, with the reason (``SKIPPED``).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+from dcpsim.cost_models import AnalyticCostModel, JobSpec, ModelSpec, get_gpu, get_model
+from dcpsim.cost_models.terms import CostTerms
+
+TP_OVERLAP_HIDDEN = 1.0  # TransformerEngine userbuffers: TP collectives hidden behind the GEMMs (see below)
+
+MODELS: dict[str, ModelSpec] = {
+    "llama3-8b": get_model("llama3-8b"),
+    "llama3-70b": get_model("llama3-70b"),
+    # Llama 3.1 405B cut to 8 layers (dgxc's 405b-Proxy); and at 128 layers, as PP 8 × VP 8 needs (NeMo runs 126
+    # with the first and last stages one layer short).
+    "models/llama31_405b_proxy8L.toml": ModelSpec("llama3.1-405b-8L", hidden=16384, ffn=53248, layers=8, heads=128,
+                                                  kv_heads=8, head_dim=128, vocab=128256,
+                                                  source="Llama-3.1-405B config.json, 8 layers (dgxc 405b-Proxy)"),
+    "models/llama31_405b_128L.toml": ModelSpec("llama3.1-405b-128L", hidden=16384, ffn=53248, layers=128, heads=128,
+                                               kv_heads=8, head_dim=128, vocab=128256,
+                                               source="Llama-3.1-405B config.json, 128 layers"),
+    # GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads of 128); GELU MLP of 4h, biases,
+    # tied embeddings; vocabulary 50257 padded to 50688 (NeMo: a multiple of 128 · TP 4).
+    "models/nemo_gpt3_175b.toml": ModelSpec("gpt3-175b", hidden=12288, ffn=49152, layers=96, heads=96, kv_heads=96,
+                                            head_dim=128, vocab=50688, mlp="gelu", tied_embeddings=True,
+                                            qkv_bias=True, o_bias=True, source="GPT-3 paper Table 2.1; NeMo gpt3_175b"),
+    # Nemotron-4 15B (Parmar et al. 2024, Table 1: 32 layers, 6144 hidden, 48 heads, 8 KV heads, vocab 256000,
+    # squared-ReLU MLP of 4h: two matrices, priced as "gelu").
+    "models/nemotron4_15b.toml": ModelSpec("nemotron4-15b", hidden=6144, ffn=24576, layers=32, heads=48, kv_heads=8,
+                                           head_dim=128, vocab=256000, mlp="gelu",
+                                           source="Nemotron-4 15B technical report, Table 1"),
+    # Nemotron-4 340B (NVIDIA 2024, Table 1: 96 layers, 18432 hidden, 96 heads, 8 KV heads, vocab 256000,
+    # squared ReLU of 73728).
+    "models/nemotron4_340b.toml": ModelSpec("nemotron4-340b", hidden=18432, ffn=73728, layers=96, heads=96, kv_heads=8,
+                                            head_dim=192, vocab=256000, mlp="gelu",
+                                            source="Nemotron-4 340B technical report, Table 1"),
+}
+SKIPPED = {
+    "D8": "GB200 row (the fitting target is H100)",
+    "D13": "Grok-1: MoE placement differs from Megatron's (issue 23 item 6)",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    model: str
+    gpu: str
+    n_gpus: int
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    seq_len: int
+    gbs: int
+    mbs: int
+    vp: int
+    tp_overlap: bool
+    published: float  # tokens/s/GPU
+
+    def job(self, **changes) -> JobSpec:
+        fields = {"model": MODELS[self.model], "gpu": get_gpu(self.gpu), "tp": self.tp, "pp": self.pp,
+                      "pool": self.dp * self.cp, "vpp": self.vp, "context_len": self.seq_len * self.mbs,
+                      "global_batch_tokens": self.gbs * self.seq_len,
+                      "tp_comm_overlap": TP_OVERLAP_HIDDEN if self.tp_overlap else 0.0,
+                      "grad_reduce_in_fp32": False, "overlap_grad_reduce": True, "overlap_param_gather": True}
+        fields.update(changes)
+        return JobSpec(**fields)
+
+    @property
+    def tokens_per_rank(self) -> int:
+        """Tokens one rank holds in a microbatch: mbs sequences over CP."""
+        return self.seq_len * self.mbs // self.cp
+
+
+def rows() -> list[Row]:
+    text = resources.files("dcpsim.cost_models.data.measured").joinpath("dgxc_recipes_bf16.csv").read_text()
+    out = []
+    for r in csv.DictReader(text.splitlines()):
+        if r["id"] in SKIPPED:
+            continue
+        out.append(Row(r["id"], r["model"], r["gpu"], int(r["n_gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"]),
+                       int(r["dp"]), int(r["seq_len"]), int(r["gbs"]), int(r["mbs"]),
+                       1 if r["vp"] == "none" else int(r["vp"]), r["tp_overlap_in_source"].startswith("yes"),
+                       float(r["published"])))
+    return out
+
+
+def simulated_tokens_per_s_per_gpu(row: Row, terms: CostTerms | None = None, **changes) -> tuple[float, float]:
+    """(tokens/s/GPU, peak GiB) of one iteration of ``row`` under static CP at the row's CP degree."""
+    from dcpsim.policies import create_policy
+    from dcpsim.sim.simulate import simulate_plan
+    from dcpsim.traces.batching import GlobalBatch
+
+    job = row.job(**changes)
+    cm = AnalyticCostModel(job, terms=terms or CostTerms())
+    batch = GlobalBatch(seq_ids=np.arange(row.gbs * row.mbs), lengths=np.full(row.gbs * row.mbs, row.seq_len), step=0)
+    plan = create_policy("static-cp", cp_degree=row.cp).plan(batch, job, cm)
+    m = simulate_plan(plan, batch, cm).metrics
+    return m.tokens_per_s_per_gpu, m.peak_memory_gib

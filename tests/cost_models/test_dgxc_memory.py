@@ -1,0 +1,111 @@
+"""Memory admits what really ran (issue 23 item 5): the dgxc-benchmarking NeMo BF16 recipe configurations fit
+with dcpsim's own budget (no override), and configurations that cannot run do not.
+
+The configurations, as published (cost_models/data/measured/dgxc_recipes_bf16.csv: source, commit, excerpt per
+row; tests/cost_models/_dgxc.py: what the tables leave unstated, from NeMo's recipes), recompute none in every
+row (the tables list none):
+
+====  ==================  =====  ===  ===  ===  ====  ==  =====  ===
+id    model               GPUs   TP   PP   CP   DP    VP  seq    mbs
+====  ==================  =====  ===  ===  ===  ====  ==  =====  ===
+D1    Llama 3.1 8B        8      1    1    2    4     1   8192   1
+D2    Llama 3.1 8B        128    1    1    2    64    1   8192   1
+D3    Llama 3.1 70B       64     4    4    2    2     5   8192   1
+D4    Llama 3.1 70B       2048   4    4    2    64    5   8192   1
+D5    Llama 3.1 405B 8L   32     8    1    2    2     1   8192   1
+D6    Llama 3.1 405B      512    8    8    2    4     8   8192   1
+D7    Llama 3.1 405B      2048   8    8    2    16    8   8192   1
+D9    GPT-3 175B          128    4    8    1    4     6   2048   1
+D10   Nemotron-4 15B      16     2    1    1    8     1   4096   2
+D11   Nemotron-4 15B      2048   2    1    1    1024  1   4096   2
+D12   Nemotron-4 340B     256    8    8    1    4     1   4096   1
+====  ==================  =====  ===  ===  ===  ====  ==  =====  ===
+"""
+
+from __future__ import annotations
+
+import pytest
+from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
+from dcpsim.cost_models.errors import InfeasibleError
+from dcpsim.cost_models.memory import memory_breakdown, memory_budget_tokens
+
+from ._dgxc import rows, simulated_tokens_per_s_per_gpu
+
+GIB = 2 ** 30
+ROWS = {r.id: r for r in rows()}
+# D6 is modelled at 128 layers (PP 8 × VP 8 must divide the layers; NeMo runs 126, its first and last stages one
+# layer short): 16 layers on stage 0 instead of 15 put its peak 0.4 GiB over, so it is checked at D7's layout
+# below and left out here.
+FITS = [i for i in ROWS if i != "D6"]
+
+
+@pytest.mark.parametrize("row_id", FITS)
+def test_published_configuration_fits_its_own_budget(row_id):
+    """The budget M derived from memory holds a microbatch's tokens per rank, and the uniform plan's peak on
+    every stage fits the GPU."""
+    r = ROWS[row_id]
+    job = r.job()
+    assert memory_budget_tokens(job) >= r.tokens_per_rank
+    for s in range(job.pp):
+        b = memory_breakdown(job, s, r.tokens_per_rank, cp=r.cp > 1)
+        assert b.total <= job.gpu.hbm_gb * 1e9, (s, b.to_dict())
+
+
+@pytest.mark.parametrize("row_id", ["D1", "D3", "D10", "D12"])
+def test_simulated_peak_fits_without_an_override(row_id):
+    """The simulator's peak of static CP at the row's degree, with the budget the model derives, fits (what
+    ``fits_memory`` reports)."""
+    r = ROWS[row_id]
+    _, peak_gib = simulated_tokens_per_s_per_gpu(r)
+    assert peak_gib <= r.job().gpu.hbm_gb * 1e9 / GIB
+
+
+def test_405b_misses_only_by_the_two_layers_it_is_modelled_with():
+    """D6 at 128 layers is within 1% of the 80 GB; the same stage at 15 layers' worth of activations fits."""
+    r = ROWS["D6"]
+    b = memory_breakdown(r.job(), 0, r.tokens_per_rank, cp=True)
+    cap = r.job().gpu.hbm_gb * 1e9
+    assert cap < b.total < 1.01 * cap
+    assert b.total - b.activations / 16 - (b.weights + b.gradients + b.optimizer) / 16 < cap
+
+
+def test_megatron_defaults_need_more_than_nemo_recipes():
+    """fp32 gradient buffers (Megatron-LM's default with --bf16) put 2 more bytes per parameter on every rank."""
+    r = ROWS["D1"]
+    bf16, fp32 = memory_breakdown(r.job(), 0, 4096), memory_breakdown(r.job(grad_reduce_in_fp32=True), 0, 4096)
+    params = 8.03e9
+    assert fp32.gradients - bf16.gradients == pytest.approx(2 * params, rel=0.01)
+    assert bf16.step_copy == pytest.approx(4 * params / 8, rel=0.01)  # the step's fp32 copy, not with activations
+
+
+def test_impossible_configurations_do_not_fit():
+    """Llama 3 70B unsharded on one H100 cannot hold its weights; Llama 3 8B at 8192 tokens per GPU without CP
+    and with Megatron-LM's fp32 gradients needs ~60 GB of states plus ~36 GB of activations."""
+    h100 = get_gpu("h100")
+    with pytest.raises(InfeasibleError, match="model states"):
+        memory_budget_tokens(JobSpec(model=get_model("llama3-70b"), gpu=h100, tp=1, pp=1, pool=8))
+    job = JobSpec(model=get_model("llama3-8b"), gpu=h100, tp=1, pp=1, pool=8, context_len=8192)
+    assert memory_budget_tokens(job) < 8192
+    assert memory_breakdown(job, 0, 8192).total > h100.hbm_gb * 1e9
+    assert AnalyticCostModel(job).peak_memory_gb(8192.0, 0) > h100.hbm_gb
+
+
+@pytest.mark.parametrize("row_id", ["D3", "D9", "D12"])
+def test_in_flight_depth_is_the_schedules(row_id):
+    """memory.in_flight (what the budget assumes) equals the simulated schedule's peak in-flight tokens per
+    stage over a microbatch's tokens per rank, interleaved (D3: V 5, D9: V 6) or not (D12)."""
+    import numpy as np
+    from dcpsim.cost_models.memory import in_flight
+    from dcpsim.policies import create_policy
+    from dcpsim.sim.flatten import flatten
+    from dcpsim.sim.simulate import peak_tokens_in_flight
+    from dcpsim.traces.batching import GlobalBatch
+
+    r = ROWS[row_id]
+    job = r.job()
+    n = r.gbs * r.mbs
+    batch = GlobalBatch(seq_ids=np.arange(n), lengths=np.full(n, r.seq_len), step=0)
+    plan = create_policy("static-cp", cp_degree=r.cp).plan(batch, job, AnalyticCostModel(job))
+    peak = peak_tokens_in_flight(flatten(plan, batch), job.pp, job.vpp)
+    for s in range(job.pp):
+        assert float(peak[s].max()) == pytest.approx(in_flight(job, s) * r.tokens_per_rank, rel=1e-12)
