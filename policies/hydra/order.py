@@ -175,7 +175,7 @@ def ramped(m_light: int, tau: float, p: int, r: int | None = None, a: float = RA
         return np.full(m_light, float(tau)), 0
     ramp = tau * (a + (1.0 - a) * np.arange(r) / r)
     mid = m_light - 2 * r
-    return np.r_[ramp, np.full(mid, tau + 2.0 * float((tau - ramp).sum()) / mid), ramp[::-1]], r
+    return np.concatenate([ramp, np.full(mid, tau + 2.0 * float((tau - ramp).sum()) / mid), ramp[::-1]]), r
 
 
 def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) -> np.ndarray:

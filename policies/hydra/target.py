@@ -118,8 +118,8 @@ def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.nda
         have = int(slots.sum())
         if have < len(items):
             extra = -(-(len(items) - have) // (pool // c))
-            free = np.r_[free, np.full(extra, pool, dtype=np.int64)]
-            height = np.r_[height, np.zeros(extra)]
+            free = np.concatenate([free, np.full(extra, pool, dtype=np.int64)])
+            height = np.concatenate([height, np.zeros(extra)])
             slots = free // c
         mb = np.searchsorted(np.cumsum(slots), np.arange(len(items)), side="right")
         where[items] = mb

@@ -63,15 +63,12 @@ class Pricer:
 
     def overhead(self, sizes, ulysses) -> np.ndarray:
         """Group overhead (s) of each (size, ulysses) pair (arrays broadcast; the result is flat)."""
-        if np.ndim(sizes) == 0 and np.ndim(ulysses) == 0 and int(sizes) * OPTION_KEY + int(ulysses) in self._ovh:
-            return np.array([self._ovh[int(sizes) * OPTION_KEY + int(ulysses)]])
-        keys, inv = np.unique(np.asarray(sizes, dtype=np.int64) * OPTION_KEY + np.asarray(ulysses),
-                              return_inverse=True)
-        miss = [k for k in keys.tolist() if k not in self._ovh]
+        keys = (np.asarray(sizes, dtype=np.int64) * OPTION_KEY + np.asarray(ulysses, dtype=np.int64)).ravel().tolist()
+        miss = sorted(set(keys).difference(self._ovh))
         if miss:
             mk = np.asarray(miss, dtype=np.int64)
             self.set_overheads(mk, group_overhead(mk // OPTION_KEY, mk % OPTION_KEY, self.cost_model))
-        return np.array([self._ovh[k] for k in keys.tolist()], dtype=np.float64)[inv.ravel()]
+        return np.array([self._ovh[k] for k in keys], dtype=np.float64)
 
     def _rows(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
         """The memo row of each option (int64 arrays that broadcast), rows added for options not seen yet."""
