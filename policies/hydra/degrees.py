@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from dcpsim.policies.hydra.target import TargetModel
     from dcpsim.policies.hydra.work import Pricer, WorkGrid
 
-__all__ = ["allowed_degrees", "cell_degrees", "engine_options", "group_engines", "planning_engines_many", "sequence_degrees_many"]
+__all__ = ["allowed_degrees", "cell_degrees", "engine_options", "group_engines", "planning_engines_many",
+           "sequence_degrees_many"]
 
 OPTION_KEY = 1 << 20  # a group option (size, ulysses) as one integer: size · OPTION_KEY + ulysses
 
@@ -122,48 +123,36 @@ def sequence_degrees_many(grid: WorkGrid, tm: TargetModel, taus: list[float], le
     return out
 
 
-def _engine_choices(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_engine: str) -> list[tuple]:
-    """The light sequences of each degree (batch order) with each engine option of that degree: (size, u,
-    positions)."""
-    light = np.flatnonzero(~heavy)
-    by = light[np.argsort(sizes[light], kind="stable")]  # by degree, each degree's in batch order
-    out = []
-    for c in np.unique(sizes[by]).tolist():
-        m = by[sizes[by] == c]
-        out += [(c, u, m) for u in engine_options(c, cp_engine, job)]
-    return out
-
-
 def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec, pricer: Pricer,
                           cp_engine: str) -> list[tuple[np.ndarray, np.ndarray, dict[tuple[int, int], float]]]:
     """Per (sizes, u_seq, heavy, τ) of ``items``: sequences of one degree share groups, so they share an engine:
     per degree, the option with the least total priced load over the light sequences of that degree (the
     groups they fill at τ, each with the option's overhead). Heavy sequences, alone in their groups, keep their
     own best. Returns per item the engines, exact shares and group overheads by (c, u)."""
-    choices = [_engine_choices(sizes, heavy, job, cp_engine) for sizes, _, heavy, _ in items]
     out = []
-    for ch, (sizes, u_seq, heavy, tau) in zip(choices, items):
-        best: dict[int, tuple[float, int, np.ndarray]] = {}
-        t = max(tau, 1e-12)
+    for sizes, u_seq, heavy, tau in items:
+        light = np.flatnonzero(~heavy)
+        by = light[np.argsort(sizes[light], kind="stable")]  # by degree, each degree's in batch order
+        # (degree, engine option, the degree's light sequences) for every option of every degree used
+        ch = [(c, u, m) for c in np.unique(sizes[by]).tolist() for m in [by[sizes[by] == c]]
+              for u in engine_options(c, cp_engine, job)]
         # every option's work in one read, summed option by option (np.add.reduceat: in order)
         n_of = [len(m) for _, _, m in ch]
         w_all = pricer.work(np.concatenate([m for _, _, m in ch] + [np.zeros(0, dtype=np.int64)]),
-                            np.repeat([c for c, _, _ in ch], n_of).astype(np.int64),
-                            np.repeat([u for _, u, _ in ch], n_of).astype(np.int64))
+                            np.repeat([c for c, _, _ in ch], n_of), np.repeat([u for _, u, _ in ch], n_of))
         starts = (np.cumsum(n_of) - n_of).astype(np.int64)
         sums = np.add.reduceat(w_all, starts).tolist() if ch else []
         ovh = pricer.overhead(np.array([c for c, _, _ in ch], dtype=np.int64),
                               np.array([u for _, u, _ in ch], dtype=np.int64)).tolist()
+        best: dict[int, tuple[float, int, np.ndarray, np.ndarray]] = {}
+        t = max(tau, 1e-12)
         for (c, u, m), s_j, o_j, a in zip(ch, sums, ovh, starts.tolist()):
             q = s_j / t  # (max(1.0, nan) is 1.0)
             total = s_j + max(1.0, float(math.ceil(q)) if math.isfinite(q) else q) * o_j
             if c not in best or total < best[c][0] * (1 - 1e-12):
-                best[c] = (total, u, w_all[a:a + len(m)])
-        u_seq = u_seq.copy()
-        shares = np.empty(len(lengths))
-        left = np.ones(len(lengths), dtype=bool)
-        for c, (_, u, w) in best.items():
-            m = next(m for c_, u_, m in ch if c_ == c)
+                best[c] = (total, u, m, w_all[a:a + len(m)])
+        u_seq, shares, left = u_seq.copy(), np.empty(len(lengths)), np.ones(len(lengths), dtype=bool)
+        for _, u, m, w in best.values():
             u_seq[m], shares[m], left[m] = u, w, False
         rest = np.flatnonzero(left)  # heavy sequences: their own engine's work
         shares[rest] = pricer.work(rest, sizes[rest], u_seq[rest])

@@ -104,32 +104,25 @@ def makespan(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
     return float(makespans(np.asarray(heights)[None, :], p, phi, stage_scale)[0])
 
 
-def _order_grid(n: int, nh: int, p: int) -> tuple[np.ndarray, np.ndarray]:
-    """The [rows, n + nh] index grid of :func:`_all_orders` into (light ones, the block tallest first, the
-    block tallest last), and the block's position among the n light microbatches of each row."""
-    positions = np.asarray(sorted(set(range(min(n, p) + 1)) | set(range(max(0, n - p), n + 1))
-                                  | set(range(0, n + 1, -(-n // 16)))), dtype=np.int64)
-    j = np.repeat(positions, 2)[:, None]  # two rows per position: tallest first, then last
-    t = np.arange(n + nh)[None, :]
-    first = n + nh * np.tile([0, 1], len(positions))[:, None]  # where the row's block starts in src
-    idx = np.where(t < j, t, np.where(t < j + nh, first + (t - j), t - nh))
-    return idx, j[:, 0]
-
-
 def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Every order :func:`candidate_orders` may return (``ends`` = 0), the block's position among the light
-    microbatches of each row, and the number n of light ones. Row r puts the light microbatches before
-    position j_r, then the heavy block, then the rest: one gather from a [rows, m] index grid (the block's two
-    orders are stable sorts of its heights)."""
+    """Every order :func:`candidate_orders` may return (``ends`` = 0), the block's position j among the n light
+    microbatches of each row, and n. Row r puts the light microbatches before j_r, then the heavy block (two
+    rows per position: tallest first, then tallest last), then the rest: one gather from a [rows, m] grid."""
     h = heights.tolist()
     hv = [i for i, x in enumerate(heavy.tolist()) if x]
     lt = [i for i, x in enumerate(heavy.tolist()) if not x]
     tallest = sorted(hv, key=lambda i: -h[i])  # = hv[np.argsort(-heights[hv], kind="stable")]
     if not hv or not lt or p == 1:
         return np.array(tallest + lt, dtype=np.int64)[None, :], np.zeros(1, dtype=np.int64), 0
-    idx, j = _order_grid(len(lt), len(hv), p)
+    n, nh = len(lt), len(hv)
+    positions = np.asarray(sorted(set(range(min(n, p) + 1)) | set(range(max(0, n - p), n + 1))
+                                  | set(range(0, n + 1, -(-n // 16)))), dtype=np.int64)
+    j = np.repeat(positions, 2)[:, None]
+    t = np.arange(n + nh)[None, :]
+    first = n + nh * np.tile([0, 1], len(positions))[:, None]  # where the row's block starts in src
+    idx = np.where(t < j, t, np.where(t < j + nh, first + (t - j), t - nh))
     src = np.array(lt + tallest + sorted(hv, key=lambda i: h[i]), dtype=np.int64)
-    return src[idx], j, len(lt)
+    return src[idx], j[:, 0], n
 
 
 def candidate_orders(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) -> np.ndarray:
@@ -176,11 +169,6 @@ def ramped(m_light: int, tau: float, p: int, r: int | None = None, a: float = RA
     ramp = tau * (a + (1.0 - a) * np.arange(r) / r)
     mid = m_light - 2 * r
     return np.concatenate([ramp, np.full(mid, tau + 2.0 * float((tau - ramp).sum()) / mid), ramp[::-1]]), r
-
-
-def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) -> np.ndarray:
-    """Target heights of the ``m_light`` light microbatches in run order (:func:`height_profiles`)."""
-    return height_profiles([(m_light, tau, heavy_heights)], p)[0]
 
 
 def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> list[np.ndarray]:
