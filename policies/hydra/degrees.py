@@ -35,11 +35,9 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
 
 
 def engine_options(size: int, cp_engine: str, job: JobSpec) -> tuple[int, ...]:
-    """Inner Ulysses degrees u that ``cp_engine`` allows for a group of ``size`` ranks (empty: none).
-
-    ring → (1,); ulysses → (size,) when Ulysses can span the group; hybrid → the largest valid u (Ulysses
-    inside the node, ring across); auto → every valid u, to be priced.
-    """
+    """Inner Ulysses degrees u that ``cp_engine`` allows for a group of ``size`` ranks (empty: none): ring →
+    (1,); ulysses → (size,) when Ulysses can span the group; hybrid → the largest valid u (Ulysses inside the
+    node, ring across); auto → every valid u, to be priced."""
     size = int(size)
     if size == 1 or cp_engine == "ring":
         return (1,)
@@ -52,12 +50,9 @@ def engine_options(size: int, cp_engine: str, job: JobSpec) -> tuple[int, ...]:
 
 
 def allowed_degrees(pool: int, mode: str, min_cp_size: int, cp_engine: str, job: JobSpec) -> np.ndarray:
-    """CP degrees HyDra may use, ascending.
-
-    ``pow2``: powers of two ≤ W, plus W itself when W is not a power of two (so that anything that fits the
-    pool can be placed); ``any``: every integer 1..W. Both keep only degrees ≥ ``min_cp_size`` that the CP
-    engine can run.
-    """
+    """CP degrees HyDra may use, ascending: ``pow2``, powers of two ≤ W, plus W itself when W is not a power of
+    two (so that anything that fits the pool can be placed); ``any``, every integer 1..W. Both keep only degrees
+    ≥ ``min_cp_size`` that the CP engine can run."""
     if mode == "pow2":
         cand = [1 << i for i in range(pool.bit_length()) if (1 << i) <= pool]
         if cand[-1] != pool:

@@ -203,13 +203,12 @@ def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> li
 
 
 def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.ndarray:
-    """Mirror aligned blocks so that every rank ends the iteration with a similar total load.
-
-    ``loads`` [m, W]: each rank's load per microbatch in run order, W a power of two, every group an aligned
-    block. Microbatch by microbatch, top-down over the binary tree of aligned blocks, the two halves of a block
-    swap places when that puts this microbatch's heavier half on the columns that carried less so far (with
-    ``slow``, [W] slow-down factors: when that lowers the larger of the halves' projected times). A group never
-    straddles a swapped boundary, so it stays an aligned block. Returns ``pos`` [m, W]: each old rank's new rank."""
+    """Mirror aligned blocks so that every rank ends the iteration with a similar total load. ``loads`` [m, W]:
+    each rank's load per microbatch in run order, W a power of two, every group an aligned block. Microbatch by
+    microbatch, top-down over the binary tree of aligned blocks, the two halves of a block swap places when that
+    puts this microbatch's heavier half on the columns that carried less so far (with ``slow``, [W] slow-down
+    factors: when that lowers the larger of the halves' projected times). A group never straddles a swapped
+    boundary, so it stays an aligned block. Returns ``pos`` [m, W]: each old rank's new rank."""
     m, W = loads.shape
     pos = np.tile(np.arange(W), (m, 1))
     if W & (W - 1) or W == 1:

@@ -101,10 +101,8 @@ def solve_tau(tm: TargetModel, pool: float, m_light, excluded=None, rule: str = 
 def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.ndarray, np.ndarray]:
     """First fit of heavy sequences (largest degree first, then largest share) into microbatches by free
     ranks. Returns each sequence's microbatch (0-based among heavy ones) and each microbatch's height.
-
     Sequences of one degree c are placed together: first fit of equal sizes fills microbatch after microbatch
-    with ⌊free / c⌋ of them, so a cumulative sum assigns a whole class at once (a few numpy calls per class).
-    """
+    with ⌊free / c⌋ of them, so a cumulative sum assigns a whole class at once (a few numpy calls per class)."""
     n = len(shares)
     where = np.zeros(n, dtype=np.int64)
     free = np.zeros(0, dtype=np.int64)
@@ -164,7 +162,7 @@ class TargetSearch:
     def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray,
                  budget: float, capacity: float | None = None, rule: str = "fixed-point") -> None:
         self.grid, self.tm, self.W, self.pp = grid, tm, pool, pp
-        self.budget, self.capacity, self.rule = budget, capacity, rule
+        self.rule = rule
         self.W_eff = float(pool) if capacity is None else capacity  # ranks the load spreads over (speed-weighted)
         self.token_cap = TOKEN_SLACK * pool * budget  # tokens one microbatch should hold at most
         self.lengths = lengths
