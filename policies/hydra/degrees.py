@@ -102,18 +102,17 @@ def sequence_degrees_many(grid: WorkGrid, tm: TargetModel, taus: list[float], le
         k[low[meets]], u[low[meets]] = kl[meets], ul[meets]
         hv = np.flatnonzero(heavy_cell[cell])  # priced at every degree memory allows
         heavy = np.zeros(len(lengths), dtype=bool)
-        if hv.size:
-            rep_k = np.tile(np.arange(K), hv.size)
-            rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
-            ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)
-            flat = np.full(hv.size * K, np.inf)
-            flat[ok] = pricer.work(np.repeat(hv, K)[ok], D[rep_k[ok]], rep_u[ok]) + pricer.overhead(D[rep_k[ok]],
-                                                                                                     rep_u[ok])
-            load = flat.reshape(hv.size, K)
-            fit = load <= tau
-            k[hv] = np.where(fit.any(axis=1), np.argmax(fit, axis=1), np.argmin(load, axis=1))
-            u[hv] = rep_u.reshape(hv.size, K)[np.arange(hv.size), k[hv]]
-            heavy[hv] = ~fit.any(axis=1)
+        rep_k = np.tile(np.arange(K), hv.size)
+        rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
+        ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)
+        flat = np.full(hv.size * K, np.inf)
+        c_ok, u_ok = D[rep_k[ok]], rep_u[ok]
+        flat[ok] = pricer.work(np.repeat(hv, K)[ok], c_ok, u_ok) + pricer.overhead(c_ok, u_ok)
+        load = flat.reshape(hv.size, K)
+        fit = load <= tau
+        k[hv] = np.where(fit.any(axis=1), np.argmax(fit, axis=1), np.argmin(load, axis=1))
+        u[hv] = rep_u.reshape(hv.size, K)[np.arange(hv.size), k[hv]]
+        heavy[hv] = ~fit.any(axis=1)
         out.append((k, u, heavy))
     return out
 

@@ -92,16 +92,10 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
 
 def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
               stage_scale: np.ndarray | None = None) -> np.ndarray:
-    """Makespan of one pipeline column for each row of ``heights`` [C, m] (one candidate order per row): the
+    """Makespan of one pipeline column for each row of ``heights`` [C, m] (one candidate order per row, per stage
+    F + B; ``stage_scale`` [p]: each stage's time as a fraction of the heights, None: all at the heights): the
     recurrence end = max(end[dependency], end[previous]) + duration, level by level, all rows at once."""
     return makespans_many([heights], p, phi, stage_scale)[0]
-
-
-def makespan(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
-             stage_scale: np.ndarray | None = None) -> float:
-    """Time of one pipeline column running microbatches of ``heights`` (per stage, F + B) in this order;
-    ``stage_scale`` [p]: each stage's time as a fraction of the heights (None: every stage at the heights)."""
-    return float(makespans(np.asarray(heights)[None, :], p, phi, stage_scale)[0])
 
 
 def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -251,14 +251,9 @@ class TargetSearch:
         m_eff = np.where(none, 0, np.where(need > ms, need, ms))
         level = np.where(none, 0.0, tau)
         est = m_eff * level + hsum + (self.pp - 1) * np.maximum(level, hmax)
-        out = []
-        for q, count in enumerate(ms.tolist()):
-            if count not in self._solved:
-                h = sets[q].heights
-                self._solved[count] = TargetChoice(float(tau[q]), float(level[q]), int(m_eff[q]), len(h), h,
-                                               float(light_tokens[q]), float(est[q]))
-            out.append(self._solved[count])
-        return out
+        return [self._solved.setdefault(count, TargetChoice(  # (a count resolved before keeps its choice)
+            float(tau[q]), float(level[q]), int(m_eff[q]), len(sets[q].heights), sets[q].heights,
+            float(light_tokens[q]), float(est[q]))) for q, count in enumerate(ms.tolist())]
 
     def at(self, m_light: int) -> TargetChoice:
         """The target for ``m_light`` light microbatches. When the groups its degrees ask for do not fit that

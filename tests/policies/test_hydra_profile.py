@@ -9,10 +9,15 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import create_policy, validate_plan
 from dcpsim.policies.hydra import ANY_MAX_POOL, HyDra, rank_loads
-from dcpsim.policies.hydra.order import best_order, height_profiles, makespan, makespans, ramped
+from dcpsim.policies.hydra.order import FORWARD_FRACTION, best_order, height_profiles, makespans, ramped
 from dcpsim.policies.pipeline_order import stage_order
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
+
+
+def makespan(heights, p: int, phi: float = FORWARD_FRACTION, stage_scale=None) -> float:
+    """One order's 1F1B makespan (order.makespans of one row)."""
+    return float(makespans(np.asarray(heights, dtype=np.float64)[None, :], p, phi, stage_scale)[0])
 
 
 def test_ramped_by_hand() -> None:
