@@ -1,11 +1,6 @@
-"""HyDra's step 3, degrees and engines (docs/hydra.md §3, §4).
-
-- **The degree rule** (:func:`cell_degrees` on the grid, :func:`sequence_degrees_many` per sequence): the
-  smallest allowed degree ≥ the memory minimum whose load alone meets τ (heavy: none does).
-- :func:`planning_engines_many`: one planning engine per degree (sequences of one degree share groups).
-- **The Ulysses-inside-a-shallow-ring engine choice** (:func:`group_engines`): after placement, each group's
-  Ulysses × ring split (u, r) with the least priced load (Ulysses inside a node, the ring across).
-"""
+"""HyDra's step 3, degrees and engines (docs/hydra.md §3, §4): **the degree rule** (:func:`cell_degrees` on the
+grid, :func:`sequence_degrees_many` per sequence), one planning engine per degree (:func:`planning_engines_many`)
+and, after placement, **the Ulysses-inside-a-shallow-ring engine choice** (:func:`group_engines`)."""
 
 from __future__ import annotations
 

@@ -267,14 +267,13 @@ def choose_target(ts: TargetSearch, num_microbatches: int | None = None, span: i
     kept across calls); m fixed when ``num_microbatches`` is given (as far as the heavy sequences and the groups
     allow). Candidates: light counts 1 .. ``span`` × the memory minimum + 2p (at most 512), resolved in blocks of
     32, 32, 64, … and scanned in order until the estimate exceeds the best by ``STOP_ABOVE`` (τ only falls)."""
-    pp = ts.pp
     if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
         for m_l in range(num_microbatches, 0, -1):
             ch = ts.at(m_l)
             if m_l + ch.m_heavy <= num_microbatches:
                 return ch
         return ts.at(1)
-    hi = min(512, span * max(1, int(np.ceil(ts._tokens / ts.token_cap))) + 2 * pp)
+    hi = min(512, span * max(1, int(np.ceil(ts._tokens / ts.token_cap))) + 2 * ts.pp)
 
     def scanned():  # blocks of 32, 32, 64, 128, … counts, each resolved when the scan reaches it
         lo, size = 1, 32
@@ -295,7 +294,7 @@ def choose_target(ts: TargetSearch, num_microbatches: int | None = None, span: i
     refine = sorted(i for _, i in close[:REFINE_MAX])
     problems = [(np.concatenate([cands[i].heavy_heights, np.full(cands[i].m_light, cands[i].level)]),
                  np.arange(cands[i].m_heavy + cands[i].m_light) < cands[i].m_heavy, 0) for i in refine]
-    for i, t in zip(refine, best_makespans(problems, pp)):
+    for i, t in zip(refine, best_makespans(problems, ts.pp)):
         est[i] = t
     best = 0  # the first of the smallest
     for i, t in enumerate(est):
