@@ -1,11 +1,6 @@
-"""HyDra's step 3, degrees and engines (docs/hydra.md §3, §4).
-
-- **The degree rule** (:func:`cell_degrees` on the grid, :func:`sequence_degrees_many` per sequence): the
-  smallest allowed degree ≥ the memory minimum whose load alone meets τ (heavy: none does).
-- :func:`planning_engines_many`: one planning engine per degree (sequences of one degree share groups).
-- **The Ulysses-inside-a-shallow-ring engine choice** (:func:`group_engines`): after placement, each group's
-  Ulysses × ring split (u, r) with the least priced load (Ulysses inside a node, the ring across).
-"""
+"""HyDra's step 3, degrees and engines (docs/hydra.md §3, §4): **the degree rule** (:func:`cell_degrees` on the
+grid, :func:`sequence_degrees_many` per sequence), one planning engine per degree (:func:`planning_engines_many`)
+and, after placement, **the Ulysses-inside-a-shallow-ring engine choice** (:func:`group_engines`)."""
 
 from __future__ import annotations
 
@@ -22,7 +17,8 @@ if TYPE_CHECKING:
     from dcpsim.policies.hydra.target import TargetModel
     from dcpsim.policies.hydra.work import Pricer, WorkGrid
 
-__all__ = ["allowed_degrees", "cell_degrees", "engine_options", "group_engines", "planning_engines_many", "sequence_degrees_many"]
+__all__ = ["allowed_degrees", "cell_degrees", "engine_options", "group_engines", "planning_engines_many",
+           "sequence_degrees_many"]
 
 OPTION_KEY = 1 << 20  # a group option (size, ulysses) as one integer: size · OPTION_KEY + ulysses
 
@@ -34,11 +30,9 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
 
 
 def engine_options(size: int, cp_engine: str, job: JobSpec) -> tuple[int, ...]:
-    """Inner Ulysses degrees u that ``cp_engine`` allows for a group of ``size`` ranks (empty: none).
-
-    ring → (1,); ulysses → (size,) when Ulysses can span the group; hybrid → the largest valid u (Ulysses
-    inside the node, ring across); auto → every valid u, to be priced.
-    """
+    """Inner Ulysses degrees u that ``cp_engine`` allows for a group of ``size`` ranks (empty: none): ring →
+    (1,); ulysses → (size,) when Ulysses can span the group; hybrid → the largest valid u (Ulysses inside the
+    node, ring across); auto → every valid u, to be priced."""
     size = int(size)
     if size == 1 or cp_engine == "ring":
         return (1,)
@@ -51,12 +45,9 @@ def engine_options(size: int, cp_engine: str, job: JobSpec) -> tuple[int, ...]:
 
 
 def allowed_degrees(pool: int, mode: str, min_cp_size: int, cp_engine: str, job: JobSpec) -> np.ndarray:
-    """CP degrees HyDra may use, ascending.
-
-    ``pow2``: powers of two ≤ W, plus W itself when W is not a power of two (so that anything that fits the
-    pool can be placed); ``any``: every integer 1..W. Both keep only degrees ≥ ``min_cp_size`` that the CP
-    engine can run.
-    """
+    """CP degrees HyDra may use, ascending: ``pow2``, powers of two ≤ W, plus W itself when W is not a power of
+    two (so that anything that fits the pool can be placed); ``any``, every integer 1..W. Both keep only degrees
+    ≥ ``min_cp_size`` that the CP engine can run."""
     if mode == "pow2":
         cand = [1 << i for i in range(pool.bit_length()) if (1 << i) <= pool]
         if cand[-1] != pool:
@@ -106,31 +97,18 @@ def sequence_degrees_many(grid: WorkGrid, tm: TargetModel, taus: list[float], le
         k[low[meets]], u[low[meets]] = kl[meets], ul[meets]
         hv = np.flatnonzero(heavy_cell[cell])  # priced at every degree memory allows
         heavy = np.zeros(len(lengths), dtype=bool)
-        if hv.size:
-            rep_k = np.tile(np.arange(K), hv.size)
-            rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
-            ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)
-            flat = np.full(hv.size * K, np.inf)
-            flat[ok] = pricer.work(np.repeat(hv, K)[ok], D[rep_k[ok]], rep_u[ok]) + pricer.overhead(D[rep_k[ok]],
-                                                                                                     rep_u[ok])
-            load = flat.reshape(hv.size, K)
-            fit = load <= tau
-            k[hv] = np.where(fit.any(axis=1), np.argmax(fit, axis=1), np.argmin(load, axis=1))
-            u[hv] = rep_u.reshape(hv.size, K)[np.arange(hv.size), k[hv]]
-            heavy[hv] = ~fit.any(axis=1)
+        rep_k = np.tile(np.arange(K), hv.size)
+        rep_u = grid.ulysses[np.repeat(cell[hv], K), rep_k]
+        ok = (np.arange(K)[None, :] >= kmin[hv][:, None]).reshape(-1)
+        flat = np.full(hv.size * K, np.inf)
+        c_ok, u_ok = D[rep_k[ok]], rep_u[ok]
+        flat[ok] = pricer.work(np.repeat(hv, K)[ok], c_ok, u_ok) + pricer.overhead(c_ok, u_ok)
+        load = flat.reshape(hv.size, K)
+        fit = load <= tau
+        k[hv] = np.where(fit.any(axis=1), np.argmax(fit, axis=1), np.argmin(load, axis=1))
+        u[hv] = rep_u.reshape(hv.size, K)[np.arange(hv.size), k[hv]]
+        heavy[hv] = ~fit.any(axis=1)
         out.append((k, u, heavy))
-    return out
-
-
-def _engine_choices(sizes: np.ndarray, heavy: np.ndarray, job: JobSpec, cp_engine: str) -> list[tuple]:
-    """The light sequences of each degree (batch order) with each engine option of that degree: (size, u,
-    positions)."""
-    light = np.flatnonzero(~heavy)
-    by = light[np.argsort(sizes[light], kind="stable")]  # by degree, each degree's in batch order
-    out = []
-    for c in np.unique(sizes[by]).tolist():
-        m = by[sizes[by] == c]
-        out += [(c, u, m) for u in engine_options(c, cp_engine, job)]
     return out
 
 
@@ -140,30 +118,30 @@ def planning_engines_many(items: list[tuple], lengths: np.ndarray, job: JobSpec,
     per degree, the option with the least total priced load over the light sequences of that degree (the
     groups they fill at τ, each with the option's overhead). Heavy sequences, alone in their groups, keep their
     own best. Returns per item the engines, exact shares and group overheads by (c, u)."""
-    choices = [_engine_choices(sizes, heavy, job, cp_engine) for sizes, _, heavy, _ in items]
     out = []
-    for ch, (sizes, u_seq, heavy, tau) in zip(choices, items):
-        best: dict[int, tuple[float, int, np.ndarray]] = {}
-        t = max(tau, 1e-12)
+    for sizes, u_seq, heavy, tau in items:
+        light = np.flatnonzero(~heavy)
+        by = light[np.argsort(sizes[light], kind="stable")]  # by degree, each degree's in batch order
+        # (degree, engine option, the degree's light sequences) for every option of every degree used
+        ch = [(c, u, m) for c in np.unique(sizes[by]).tolist() for m in [by[sizes[by] == c]]
+              for u in engine_options(c, cp_engine, job)]
         # every option's work in one read, summed option by option (np.add.reduceat: in order)
         n_of = [len(m) for _, _, m in ch]
         w_all = pricer.work(np.concatenate([m for _, _, m in ch] + [np.zeros(0, dtype=np.int64)]),
-                            np.repeat([c for c, _, _ in ch], n_of).astype(np.int64),
-                            np.repeat([u for _, u, _ in ch], n_of).astype(np.int64))
+                            np.repeat([c for c, _, _ in ch], n_of), np.repeat([u for _, u, _ in ch], n_of))
         starts = (np.cumsum(n_of) - n_of).astype(np.int64)
         sums = np.add.reduceat(w_all, starts).tolist() if ch else []
         ovh = pricer.overhead(np.array([c for c, _, _ in ch], dtype=np.int64),
                               np.array([u for _, u, _ in ch], dtype=np.int64)).tolist()
+        best: dict[int, tuple[float, int, np.ndarray, np.ndarray]] = {}
+        t = max(tau, 1e-12)
         for (c, u, m), s_j, o_j, a in zip(ch, sums, ovh, starts.tolist()):
             q = s_j / t  # (max(1.0, nan) is 1.0)
             total = s_j + max(1.0, float(math.ceil(q)) if math.isfinite(q) else q) * o_j
             if c not in best or total < best[c][0] * (1 - 1e-12):
-                best[c] = (total, u, w_all[a:a + len(m)])
-        u_seq = u_seq.copy()
-        shares = np.empty(len(lengths))
-        left = np.ones(len(lengths), dtype=bool)
-        for c, (_, u, w) in best.items():
-            m = next(m for c_, u_, m in ch if c_ == c)
+                best[c] = (total, u, m, w_all[a:a + len(m)])
+        u_seq, shares, left = u_seq.copy(), np.empty(len(lengths)), np.ones(len(lengths), dtype=bool)
+        for _, u, m, w in best.values():
             u_seq[m], shares[m], left[m] = u, w, False
         rest = np.flatnonzero(left)  # heavy sequences: their own engine's work
         shares[rest] = pricer.work(rest, sizes[rest], u_seq[rest])

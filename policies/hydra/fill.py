@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,19 +23,10 @@ if TYPE_CHECKING:
 INF = float("inf")
 
 
-class Filled(NamedTuple):
-    """Every bin after the fill (phase A's bins, then every free block of the fill class) and where each fill
-    sequence went."""
-
-    mb: np.ndarray  # [B] microbatch of each bin
-    first: np.ndarray  # [B] its first rank
-    load: np.ndarray  # [B] its load (s)
-    where: np.ndarray  # [n_fill] bin of each fill sequence, in the order of ``small``
-
-
-class _Fill:
-    """The state of one fill: every bin as parallel lists (phase A's, then the free blocks, then those of new
-    microbatches), the work of every fill sequence at every class, and the class heaps."""
+class Fill:
+    """The state of one fill: every bin as parallel lists ``mb``, ``first``, ``load``, … (phase A's, then the free
+    blocks, then those of new microbatches), ``where`` each fill sequence went (in the order of ``small``), the
+    work of every fill sequence at every class, and the class heaps."""
 
     def __init__(self, pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
                  fill: tuple[int, int], fill_work: Callable, fill_estimate: Callable) -> None:
@@ -62,8 +53,10 @@ class _Fill:
         self.work = np.full((self.nc, ns), np.inf)
         self.work[self.fc] = shares[small]
         top = [-np.inf] * self.nc  # each class's largest room now
-        for c, cap, load in zip(self.cls, self.cap, self.load):
+        self.heaps: list[list[tuple[float, int]]] = [[] for _ in range(self.nc)]  # (load − capacity, bin)
+        for g, (c, cap, load) in enumerate(zip(self.cls, self.cap, self.load)):
             top[c] = max(top[c], cap - load)
+            self.heaps[c].append((load - cap, g))
         for cls, j in ci.items():
             if j != self.fc and ns:
                 est = fill_estimate(small, *cls)
@@ -72,9 +65,6 @@ class _Fill:
         self.work_l = self.work.tolist()
         self.L = lengths[small].astype(np.float64).tolist() + [0.0]  # (and 0 after the last: "the next one")
         self.where = [-1] * ns
-        self.heaps: list[list[tuple[float, int]]] = [[] for _ in range(self.nc)]  # (load − capacity, bin)
-        for g, c in enumerate(self.cls):
-            self.heaps[c].append((self.load[g] - self.cap[g], g))
         for h in self.heaps:
             heapq.heapify(h)
         self.tops = [h[0][0] if h else INF for h in self.heaps]
@@ -176,18 +166,14 @@ class _Fill:
 
 def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray, fill: tuple[int, int],
          fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
-         fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None]) -> Filled:
-    """Phase B: LPT of the fill sequences ``small`` (largest share first) over every bin of phase A and every
-    free block of the fill class (module docstring). ``fill_work(positions, sizes, u)`` prices exactly,
-    ``fill_estimate(positions, size, u)`` estimates (None: no estimate, priced exactly now).
-
-    Returns every bin's microbatch, first rank and load (phase A's bins first, then the free blocks, then
-    those of microbatches the fill opened) and each fill sequence's bin."""
-    f = _Fill(pk, small, lengths, shares, fill, fill_work, fill_estimate)
+         fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None]) -> Fill:
+    """Phase B (module docstring) of the fill sequences ``small``, largest share first; ``fill_work(positions,
+    sizes, u)`` prices exactly, ``fill_estimate(positions, size, u)`` estimates (None: priced exactly now).
+    Returns the finished :class:`Fill`."""
+    f = Fill(pk, small, lengths, shares, fill, fill_work, fill_estimate)
     # the classes each sequence may use at all (finite work), one list per distinct set
     mask = (np.isfinite(f.work) << np.arange(f.nc)[:, None]).sum(axis=0).tolist()
     cands = {m: [c for c in range(f.nc) if m >> c & 1] for m in set(mask)}
     f.put(list(range(len(small))), [cands[m] for m in mask])
     f.reprice()
-    return Filled(np.asarray(f.mb, dtype=np.int64), np.asarray(f.first, dtype=np.int64),
-                  np.asarray(f.load, dtype=np.float64), np.asarray(f.where, dtype=np.int64))
+    return f

@@ -92,44 +92,31 @@ def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACT
 
 def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
               stage_scale: np.ndarray | None = None) -> np.ndarray:
-    """Makespan of one pipeline column for each row of ``heights`` [C, m] (one candidate order per row): the
+    """Makespan of one pipeline column for each row of ``heights`` [C, m] (one candidate order per row, per stage
+    F + B; ``stage_scale`` [p]: each stage's time as a fraction of the heights, None: all at the heights): the
     recurrence end = max(end[dependency], end[previous]) + duration, level by level, all rows at once."""
     return makespans_many([heights], p, phi, stage_scale)[0]
 
 
-def makespan(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
-             stage_scale: np.ndarray | None = None) -> float:
-    """Time of one pipeline column running microbatches of ``heights`` (per stage, F + B) in this order;
-    ``stage_scale`` [p]: each stage's time as a fraction of the heights (None: every stage at the heights)."""
-    return float(makespans(np.asarray(heights)[None, :], p, phi, stage_scale)[0])
-
-
-def _order_grid(n: int, nh: int, p: int) -> tuple[np.ndarray, np.ndarray]:
-    """The [rows, n + nh] index grid of :func:`_all_orders` into (light ones, the block tallest first, the
-    block tallest last), and the block's position among the n light microbatches of each row."""
-    positions = np.asarray(sorted(set(range(min(n, p) + 1)) | set(range(max(0, n - p), n + 1))
-                                  | set(range(0, n + 1, -(-n // 16)))), dtype=np.int64)
-    j = np.repeat(positions, 2)[:, None]  # two rows per position: tallest first, then last
-    t = np.arange(n + nh)[None, :]
-    first = n + nh * np.tile([0, 1], len(positions))[:, None]  # where the row's block starts in src
-    idx = np.where(t < j, t, np.where(t < j + nh, first + (t - j), t - nh))
-    return idx, j[:, 0]
-
-
 def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Every order :func:`candidate_orders` may return (``ends`` = 0), the block's position among the light
-    microbatches of each row, and the number n of light ones. Row r puts the light microbatches before
-    position j_r, then the heavy block, then the rest: one gather from a [rows, m] index grid (the block's two
-    orders are stable sorts of its heights)."""
+    """Every order :func:`candidate_orders` may return (``ends`` = 0), the block's position j among the n light
+    microbatches of each row, and n. Row r puts the light microbatches before j_r, then the heavy block (two
+    rows per position: tallest first, then tallest last), then the rest: one gather from a [rows, m] grid."""
     h = heights.tolist()
     hv = [i for i, x in enumerate(heavy.tolist()) if x]
     lt = [i for i, x in enumerate(heavy.tolist()) if not x]
     tallest = sorted(hv, key=lambda i: -h[i])  # = hv[np.argsort(-heights[hv], kind="stable")]
     if not hv or not lt or p == 1:
         return np.array(tallest + lt, dtype=np.int64)[None, :], np.zeros(1, dtype=np.int64), 0
-    idx, j = _order_grid(len(lt), len(hv), p)
+    n, nh = len(lt), len(hv)
+    positions = np.asarray(sorted(set(range(min(n, p) + 1)) | set(range(max(0, n - p), n + 1))
+                                  | set(range(0, n + 1, -(-n // 16)))), dtype=np.int64)
+    j = np.repeat(positions, 2)[:, None]
+    t = np.arange(n + nh)[None, :]
+    first = n + nh * np.tile([0, 1], len(positions))[:, None]  # where the row's block starts in src
+    idx = np.where(t < j, t, np.where(t < j + nh, first + (t - j), t - nh))
     src = np.array(lt + tallest + sorted(hv, key=lambda i: h[i]), dtype=np.int64)
-    return src[idx], j, len(lt)
+    return src[idx], j[:, 0], n
 
 
 def candidate_orders(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) -> np.ndarray:
@@ -175,12 +162,7 @@ def ramped(m_light: int, tau: float, p: int, r: int | None = None, a: float = RA
         return np.full(m_light, float(tau)), 0
     ramp = tau * (a + (1.0 - a) * np.arange(r) / r)
     mid = m_light - 2 * r
-    return np.r_[ramp, np.full(mid, tau + 2.0 * float((tau - ramp).sum()) / mid), ramp[::-1]], r
-
-
-def height_profile(m_light: int, tau: float, heavy_heights: np.ndarray, p: int) -> np.ndarray:
-    """Target heights of the ``m_light`` light microbatches in run order (:func:`height_profiles`)."""
-    return height_profiles([(m_light, tau, heavy_heights)], p)[0]
+    return np.concatenate([ramp, np.full(mid, tau + 2.0 * float((tau - ramp).sum()) / mid), ramp[::-1]]), r
 
 
 def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> list[np.ndarray]:
@@ -215,13 +197,12 @@ def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> li
 
 
 def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.ndarray:
-    """Mirror aligned blocks so that every rank ends the iteration with a similar total load.
-
-    ``loads`` [m, W]: each rank's load per microbatch in run order, W a power of two, every group an aligned
-    block. Microbatch by microbatch, top-down over the binary tree of aligned blocks, the two halves of a block
-    swap places when that puts this microbatch's heavier half on the columns that carried less so far (with
-    ``slow``, [W] slow-down factors: when that lowers the larger of the halves' projected times). A group never
-    straddles a swapped boundary, so it stays an aligned block. Returns ``pos`` [m, W]: each old rank's new rank."""
+    """Mirror aligned blocks so that every rank ends the iteration with a similar total load. ``loads`` [m, W]:
+    each rank's load per microbatch in run order, W a power of two, every group an aligned block. Microbatch by
+    microbatch, top-down over the binary tree of aligned blocks, the two halves of a block swap places when that
+    puts this microbatch's heavier half on the columns that carried less so far (with ``slow``, [W] slow-down
+    factors: when that lowers the larger of the halves' projected times). A group never straddles a swapped
+    boundary, so it stays an aligned block. Returns ``pos`` [m, W]: each old rank's new rank."""
     m, W = loads.shape
     pos = np.tile(np.arange(W), (m, 1))
     if W & (W - 1) or W == 1:

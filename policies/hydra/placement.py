@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-from dcpsim.policies.hydra.fill import Filled
+from dcpsim.policies.hydra.fill import Fill
 from dcpsim.policies.hydra.fill import fill as fill_phase
 from dcpsim.policies.hydra.target import pack_heavy
 
@@ -109,11 +109,9 @@ class Packer:
         return None
 
     def structure(self, items: Iterable[tuple[int, int, int, float, float]]) -> None:
-        """Phase A: each (position, size, u, work, tokens) in turn joins the roomiest group of its class within
-        τ (or h), else carves a new group from the microbatch with the most free ranks that can carve it and
-        whose height holds its load (short microbatches of a height profile are passed over: at most
-        ``PROBES`` + 2 · their number are looked at), else joins a group within the tolerance, else opens a
-        microbatch."""
+        """Phase A (module docstring, step 2) over (position, size, u, work, tokens) items. A microbatch to carve
+        from must hold the load at its height: short ones of a height profile are passed over, at most ``PROBES``
+        + 2 · their number looked at."""
         div, limit = 1.0 + self.tol, PROBES + 2 * self.short
         for i, c, u, w, t in items:
             gid = self.best_in_class((c, u), w, t, strict=True)
@@ -209,10 +207,10 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     return _layout(pk, nb0, filled, small, fill, len(lengths), heavy_mbs)
 
 
-def _layout(pk: Packer, nb0: int, filled: Filled, small: np.ndarray, fill: tuple[int, int], n: int,
+def _layout(pk: Packer, nb0: int, filled: Fill, small: np.ndarray, fill: tuple[int, int], n: int,
             heavy_mbs: int) -> Layout:
     """The groups: phase A's ``nb0`` bins and every free block that took a fill sequence."""
-    bins, where = pk.bins, filled.where
+    bins, where = pk.bins, np.asarray(filled.where, dtype=np.int64)
     took = np.zeros(len(filled.mb), dtype=bool)  # the free blocks that took a sequence, ascending
     took[where] = True
     used = np.flatnonzero(took[nb0:]) + nb0
@@ -224,8 +222,8 @@ def _layout(pk: Packer, nb0: int, filled: Filled, small: np.ndarray, fill: tuple
     a_pos = np.asarray([i for bn in bins for i in bn.seqs], dtype=np.int64)
     seq_group[a_pos] = np.repeat(np.arange(nb0, dtype=np.int64), [len(bn.seqs) for bn in bins])
     seq_group[small] = gid[where]
-    return Layout(mb=filled.mb[keep], first=filled.first[keep],
+    mb, first, load = (np.asarray(x)[keep] for x in (filled.mb, filled.first, filled.load))
+    return Layout(mb=mb, first=first, load=load, seq_group=seq_group, placed=np.concatenate([a_pos, small]),
                   size=np.array([bn.size for bn in bins] + [fill[0]] * len(used), dtype=np.int64),
                   u=np.array([bn.u for bn in bins] + [fill[1]] * len(used), dtype=np.int64),
-                  load=filled.load[keep], seq_group=seq_group, placed=np.concatenate([a_pos, small]),
                   caps=list(pk.caps), heavy_mbs=heavy_mbs, slow=pk.slow)

@@ -1,22 +1,19 @@
-"""HyDra: load-driven dynamic context parallelism (docs/hydra.md has the algorithm, why it is right, the map of
-this package and the measurements). One iteration's plan, in five steps, each its own module:
+"""HyDra: load-driven dynamic context parallelism (docs/hydra.md: the algorithm, why it is right, the map of
+this package, the measurements). One iteration's plan in five steps, each its own module:
 
-1. **Work** (:mod:`.work`, priced through :mod:`.pricing`): per-rank work w(L | c, u) of a grid of lengths ×
-   allowed degrees × engines, the group's fixed overhead split off.
-2. **Target and microbatch count** (:mod:`.target`, :mod:`.microbatches`): the closed-form τ(m) for every
-   candidate count, sequences too heavy to balance set apart; the m with the smallest 1F1B estimate.
-3. **Degrees and engines** (:mod:`.degrees`): the smallest allowed degree whose load alone meets τ; one
-   planning engine per degree.
-4. **Placement** (:mod:`.placement`, :mod:`.fill`): long sequences shape the groups, the rest fill them
-   largest first into the roomiest bin.
-5. **Order and columns** (:mod:`.order`, :mod:`.columns`, :func:`.degrees.group_engines`): each group's
-   Ulysses × ring split; the heavy block where the 1F1B recurrence puts it best; aligned halves mirrored so
-   that every rank's total load evens out.
+1. **Work** (:mod:`.work`, priced through :mod:`.pricing`): per-rank work of a grid of lengths × allowed degrees
+   × engines, the group's fixed overhead split off.
+2. **Target and microbatch count** (:mod:`.target`): the closed-form τ(m) for every candidate count, sequences
+   too heavy to balance set apart; the m with the smallest 1F1B estimate.
+3. **Degrees and engines** (:mod:`.degrees`): the smallest allowed degree whose load alone meets τ; one planning
+   engine per degree, and after placement each group's Ulysses × ring split.
+4. **Placement** (:mod:`.placement`, :mod:`.fill`): long sequences shape the groups, the rest fill them largest
+   first into the roomiest bin.
+5. **Order and columns** (:mod:`.order`): the heavy block where the 1F1B recurrence puts it best; aligned halves
+   mirrored so that every rank's total load evens out.
 
-``degrees="auto"`` (the default) plans power-of-two degrees and, on pools of at most ``ANY_MAX_POOL`` ranks,
-every degree too, and keeps the plan whose ranks' own load columns run fastest through the 1F1B recurrence
-(``meta["columns_s"]``). ``plan.meta`` records the target ``target_s``, the counts, the per-microbatch
-capacities ``microbatch_caps_s``, the budget and the 1F1B estimate.
+``plan.meta`` records the target ``target_s``, the counts, the per-microbatch capacities ``microbatch_caps_s``,
+the budget and the 1F1B estimate.
 """
 
 from __future__ import annotations
@@ -123,8 +120,8 @@ class HyDra:
     tolerance: float = option(0.05, ge=0.0, le=10.0)  # a fraction of τ
     num_microbatches: int | None = option(None, ge=1)  # None: chosen for 1F1B
     max_seqlen_per_rank: int | None = option(None, ge=1)  # tokens; None: the cost model's memory budget
-    # light microbatch heights ramp at both ends (hydra_order.height_profile); False: flat; None: on unless the
-    # cost model leaves fixed costs out (CostTerms.fixed_costs off, e.g. --cost-terms legacy: the first plans)
+    # light microbatch heights ramp at both ends (order.height_profiles); False: flat; None: on unless the cost
+    # model leaves fixed costs out (CostTerms.fixed_costs off, e.g. --cost-terms legacy: the first plans)
     profile: bool | None = None
     # microbatch counts planned: m, ⌈m/2⌉, …, ⌈m/k⌉, the best by the recurrence; None: 3 (1 without fixed costs)
     m_candidates: int | None = option(None, ge=1)
@@ -198,9 +195,7 @@ class HyDra:
         """The target choices to place (the 1F1B estimate's pick of m, then ⌈m/2⌉, …, ⌈m/k⌉ and ``extra_m``)
         and the light microbatches' height profile of each (None: flat). The closed-form pick of m misses at
         times (h100-512-256k seed 0: 85 microbatches, 36 is 8% faster): the finished layouts decide."""
-        s = search
-        choice = choose_target(s.grid, s.tm, s.W, s.pp, s.lengths, s.budget, self.num_microbatches,
-                               capacity=s.capacity, search=s)
+        choice = choose_target(search, self.num_microbatches)
         first_version = not grid.extra_overhead  # no fixed costs priced: plan as the first version did
         use_profile = (not first_version) if self.profile is None else self.profile
         candidates = (1 if first_version else 3) if self.m_candidates is None else self.m_candidates
@@ -211,8 +206,7 @@ class HyDra:
             for m_alt in [-(-m0 // d) for d in range(2, candidates + 1)] + [m for m in extra_m if m not in tried]:
                 if m_alt < 2 * job.pp or m_alt <= choice.m_heavy:
                     continue
-                alt = choose_target(s.grid, s.tm, s.W, s.pp, s.lengths, s.budget, m_alt, capacity=s.capacity,
-                                    search=s)
+                alt = choose_target(search, m_alt)
                 m_got = alt.m_light + alt.m_heavy
                 if m_got in tried or (m_alt not in extra_m and m_got > m0):  # extra counts may exceed m
                     continue

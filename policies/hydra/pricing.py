@@ -1,15 +1,11 @@
-"""Every question HyDra asks the cost model, in one place (docs/hydra.md §1): a sequence's time alone in a
-group, a group's fixed overhead, which pipeline stages cost the same, and the load of a finished plan.
+"""Every question HyDra asks the cost model, in one place (docs/hydra.md §1), through its declared
+:class:`~dcpsim.cost_models.base.Pricing` (:func:`~dcpsim.cost_models.pricing.pricing_of`: the analytic model's
+batched one, or for any other ``CostModel`` the default built on ``group_costs``): a sequence's time alone in a
+group, a group's fixed overhead, which pipeline stages cost the same; and the load of a finished plan.
 
 A group's time splits into a fixed part and per-sequence parts: time(c, u, S) ≈ overhead(c, u) + Σ_{L∈S}
-work(L | c, u), where overhead = 2·time(1 token) − time(2 tokens) (zero tokens by linear extrapolation:
-``Pricing.group_overhead``) and work = time(L alone) − overhead (:func:`sequence_work`); groups are priced from
-pool rank 0 at the stage where they cost most.
-
-**The interface used** is the declared :class:`~dcpsim.cost_models.base.Pricing` of the cost model,
-:func:`~dcpsim.cost_models.pricing.pricing_of`: ``AnalyticCostModel``'s own (batched, the numbers of
-``group_costs``) or, for any other ``CostModel``, the default built on ``group_costs`` alone. A plan is
-flattened against its batch by :func:`dcpsim.policies.flatten.flatten`, the one home of that.
+work(L | c, u), overhead = 2·time(1 token) − time(2 tokens) (zero tokens by linear extrapolation) and work =
+time(L alone) − overhead; groups are priced from pool rank 0 at the stage where they cost most.
 """
 
 from __future__ import annotations
@@ -62,10 +58,7 @@ def stage_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cos
     rep = pricing.stage_classes()
     rows = pricing.alone_stage_totals(lengths, sizes, ulysses, tuple(dict.fromkeys(rep[s] for s in stages)),
                                       None, option)
-    t = rows[0]
-    for row in rows[1:]:  # (a max is exact: any order gives the same numbers)
-        t = np.maximum(t, row)
-    return t
+    return np.max(rows, axis=0)  # the heaviest of the stages (a max is exact: any order, the same numbers)
 
 
 def group_overhead(sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel) -> np.ndarray:
@@ -79,17 +72,14 @@ def sequence_work(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
                   cost_model: CostModel) -> np.ndarray:
     """Per-rank work (s) of each sequence in a group of ``sizes`` ranks with engine ``ulysses``: its time
     alone minus the group's fixed overhead (module docstring). Elementwise over the three arrays."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if len(lengths) == 0:
-        return np.zeros(0)
-    iso = stage_times(lengths, sizes, ulysses, cost_model)
-    return np.maximum(MIN_WORK_S, iso - group_overhead(sizes, ulysses, cost_model))
+    iso = stage_times(np.asarray(lengths, dtype=np.int64), sizes, ulysses, cost_model)
+    return np.maximum(MIN_WORK_S, iso - group_overhead(sizes, ulysses, cost_model)) if len(iso) else iso
 
 
 def rank_loads(plan: Plan, batch: GlobalBatch, cost_model: CostModel) -> np.ndarray:
     """[microbatch, rank]: the load (s, per stage, forward + backward) of every pool rank under HyDra's work
     model: each group's overhead plus its sequences' work at the group's size and engine. Idle ranks: 0."""
-    fp = flatten(plan, batch)
+    fp = flatten(plan, batch)  # (the one flattening of a plan against its batch)
     g = fp.groups
     work = sequence_work(g.seq_len, g.size[g.seq_group], g.ulysses[g.seq_group], cost_model)
     gload = np.bincount(g.seq_group, weights=work, minlength=fp.num_groups)

@@ -20,12 +20,12 @@ microbatches that come close re-scored by the 1F1B recurrence at their best heav
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
 from dcpsim.policies.hydra.degrees import cell_degrees
-from dcpsim.policies.hydra.order import best_makespans, ramped
+from dcpsim.policies.hydra.order import best_makespans
 from dcpsim.policies.hydra.work import WorkGrid
 
 
@@ -77,8 +77,6 @@ def build_target_model(grid: WorkGrid) -> TargetModel:
     return TargetModel(thr, F, heavy_thr, heavy_k, rw, float(grid.overhead[0, 0]))
 
 
-TARGET_RULES = ("fixed-point", "mean")  # HyDra's ``target`` option: how τ follows from F
-
 
 def solve_tau(tm: TargetModel, pool: float, m_light, excluded=None, rule: str = "fixed-point"):
     """The closed-form target: the smallest τ ≥ (F(τ) − excluded) / (W · m_light) + ō over the step function
@@ -103,10 +101,8 @@ def solve_tau(tm: TargetModel, pool: float, m_light, excluded=None, rule: str = 
 def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.ndarray, np.ndarray]:
     """First fit of heavy sequences (largest degree first, then largest share) into microbatches by free
     ranks. Returns each sequence's microbatch (0-based among heavy ones) and each microbatch's height.
-
     Sequences of one degree c are placed together: first fit of equal sizes fills microbatch after microbatch
-    with ⌊free / c⌋ of them, so a cumulative sum assigns a whole class at once (a few numpy calls per class).
-    """
+    with ⌊free / c⌋ of them, so a cumulative sum assigns a whole class at once (a few numpy calls per class)."""
     n = len(shares)
     where = np.zeros(n, dtype=np.int64)
     free = np.zeros(0, dtype=np.int64)
@@ -118,8 +114,8 @@ def pack_heavy(shares: np.ndarray, sizes: np.ndarray, pool: int) -> tuple[np.nda
         have = int(slots.sum())
         if have < len(items):
             extra = -(-(len(items) - have) // (pool // c))
-            free = np.r_[free, np.full(extra, pool, dtype=np.int64)]
-            height = np.r_[height, np.zeros(extra)]
+            free = np.concatenate([free, np.full(extra, pool, dtype=np.int64)])
+            height = np.concatenate([height, np.zeros(extra)])
             slots = free // c
         mb = np.searchsorted(np.cumsum(slots), np.arange(len(items)), side="right")
         where[items] = mb
@@ -166,7 +162,7 @@ class TargetSearch:
     def __init__(self, grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray,
                  budget: float, capacity: float | None = None, rule: str = "fixed-point") -> None:
         self.grid, self.tm, self.W, self.pp = grid, tm, pool, pp
-        self.budget, self.capacity, self.rule = budget, capacity, rule
+        self.rule = rule
         self.W_eff = float(pool) if capacity is None else capacity  # ranks the load spreads over (speed-weighted)
         self.token_cap = TOKEN_SLACK * pool * budget  # tokens one microbatch should hold at most
         self.lengths = lengths
@@ -255,14 +251,9 @@ class TargetSearch:
         m_eff = np.where(none, 0, np.where(need > ms, need, ms))
         level = np.where(none, 0.0, tau)
         est = m_eff * level + hsum + (self.pp - 1) * np.maximum(level, hmax)
-        out = []
-        for q, count in enumerate(ms.tolist()):
-            if count not in self._solved:
-                h = sets[q].heights
-                self._solved[count] = TargetChoice(float(tau[q]), float(level[q]), int(m_eff[q]), len(h), h,
-                                               float(light_tokens[q]), float(est[q]))
-            out.append(self._solved[count])
-        return out
+        return [self._solved.setdefault(count, TargetChoice(  # (a count resolved before keeps its choice)
+            float(tau[q]), float(level[q]), int(m_eff[q]), len(sets[q].heights), sets[q].heights,
+            float(light_tokens[q]), float(est[q]))) for q, count in enumerate(ms.tolist())]
 
     def at(self, m_light: int) -> TargetChoice:
         """The target for ``m_light`` light microbatches. When the groups its degrees ask for do not fit that
@@ -271,59 +262,42 @@ class TargetSearch:
         return self._solved[m_light] if m_light in self._solved else self.many(np.array([m_light]))[0]
 
 
-def choose_target(grid: WorkGrid, tm: TargetModel, pool: int, pp: int, lengths: np.ndarray, budget: float,
-                  num_microbatches: int | None = None, span: int = 8,
-                  capacity: float | None = None, ramp: bool = False, *,
-                  search: TargetSearch | None = None) -> TargetChoice:
-    """The (τ, m) with the smallest 1F1B estimate; m fixed when ``num_microbatches`` is given (as far as the
-    heavy sequences and the groups allow). Candidates: light counts 1 .. ``span`` × the memory minimum + 2p (at
-    most 512), resolved in blocks of 32, 32, 64, … and scanned in order until the estimate exceeds the best by
-    ``STOP_ABOVE`` (τ only falls with m). ``search``: the :class:`TargetSearch` of these inputs, kept across calls
-    (None: a fresh one)."""
-    ts = TargetSearch(grid, tm, pool, pp, lengths, budget, capacity) if search is None else search
+def choose_target(ts: TargetSearch, num_microbatches: int | None = None, span: int = 8) -> TargetChoice:
+    """The (τ, m) with the smallest 1F1B estimate through the search ``ts`` (one per plan: what it resolved is
+    kept across calls); m fixed when ``num_microbatches`` is given (as far as the heavy sequences and the groups
+    allow). Candidates: light counts 1 .. ``span`` × the memory minimum + 2p (at most 512), resolved in blocks of
+    32, 32, 64, … and scanned in order until the estimate exceeds the best by ``STOP_ABOVE`` (τ only falls)."""
     if num_microbatches is not None:  # the most light microbatches whose total with the heavy ones fits m
         for m_l in range(num_microbatches, 0, -1):
             ch = ts.at(m_l)
             if m_l + ch.m_heavy <= num_microbatches:
                 return ch
         return ts.at(1)
-    m_all = max(1, int(np.ceil(ts._tokens / ts.token_cap)))
-    hi = min(512, span * m_all + 2 * pp)
+    hi = min(512, span * max(1, int(np.ceil(ts._tokens / ts.token_cap))) + 2 * ts.pp)
+
+    def scanned():  # blocks of 32, 32, 64, 128, … counts, each resolved when the scan reaches it
+        lo, size = 1, 32
+        while lo <= hi:
+            yield from ts.many(np.arange(lo, min(hi, lo + size - 1) + 1))
+            lo, size = lo + size, size if lo == 1 else 2 * size
     cands: list[TargetChoice] = []
-    lo, size, low = 1, 32, np.inf
-    while lo <= hi:  # blocks of 32, 32, 64, 128, … counts, scanned in order
-        stop = False
-        for ch in ts.many(np.arange(lo, min(hi, lo + size - 1) + 1)):
-            cands.append(ch)
-            low = min(low, ch.estimate_s)
-            if ch.estimate_s > STOP_ABOVE * low:
-                stop = True
-                break
-        if stop:
+    low = np.inf
+    for ch in scanned():
+        cands.append(ch)
+        low = min(low, ch.estimate_s)
+        if ch.estimate_s > STOP_ABOVE * low:
             break
-        lo, size = lo + size, size if lo == 1 else 2 * size
-    if not cands:
-        return ts.at(hi)
     est = [ch.estimate_s for ch in cands]
     # With heavy microbatches, Σh + (p−1)·max h over-counts what a good order hides: score the close
     # candidates with the 1F1B recurrence at their best heavy position instead (one recurrence sweep).
-    floor = min(est)
-    close = sorted((e, i) for i, e in enumerate(est) if cands[i].m_heavy and e <= REFINE_WITHIN * floor)
+    close = sorted((e, i) for i, e in enumerate(est) if cands[i].m_heavy and e <= REFINE_WITHIN * low)
     refine = sorted(i for _, i in close[:REFINE_MAX])
-    t_all = list(est)
-    problems = []
-    for i in refine:
-        ch = cands[i]
-        light, r = ramped(ch.m_light, ch.level, pp) if ramp else (np.full(ch.m_light, ch.level), 0)
-        heavy = np.zeros(ch.m_heavy + ch.m_light, dtype=bool)
-        heavy[:ch.m_heavy] = True
-        problems.append((np.concatenate([ch.heavy_heights, light]), heavy, r))
-    for i, t in zip(refine, best_makespans(problems, pp)):
-        t_all[i] = t
-    best, best_t = 0, np.inf
-    for i, t in enumerate(t_all):
-        if t < best_t * (1 - 1e-9):
-            best, best_t = i, t
-    ch = cands[best]
-    return TargetChoice(ch.tau, ch.level, ch.m_light, ch.m_heavy, ch.heavy_heights, ch.light_tokens,
-                        float(best_t))
+    problems = [(np.concatenate([cands[i].heavy_heights, np.full(cands[i].m_light, cands[i].level)]),
+                 np.arange(cands[i].m_heavy + cands[i].m_light) < cands[i].m_heavy, 0) for i in refine]
+    for i, t in zip(refine, best_makespans(problems, ts.pp)):
+        est[i] = t
+    best = 0  # the first of the smallest
+    for i, t in enumerate(est):
+        if t < est[best] * (1 - 1e-9):
+            best = i
+    return replace(cands[best], estimate_s=float(est[best]))

@@ -1,12 +1,7 @@
-"""HyDra's step 1, the work: what each sequence costs a rank at every allowed degree and engine.
-
-* :class:`Pricer` — the work model of one batch (:mod:`policies.hydra.pricing`: time alone minus the group's
-  overhead), memoised: every distinct (length, size, engine) is priced once, each request's misses in one
-  cost-model call.
-* :func:`build_grid` — the :class:`WorkGrid`: the work of a geometric grid of lengths × the allowed degrees
-  and their best engines, priced in one block call, for choosing τ, m and degrees
-  (:mod:`policies.hydra.target`, :func:`policies.hydra.target.choose_target`). Its probes also narrow the pricer to the
-  stages that can be the heaviest and give the pricer the rows its :meth:`Pricer.estimate` reads.
+"""HyDra's step 1, the work: what each sequence costs a rank at every allowed degree and engine (docs/hydra.md
+§1). :class:`Pricer` is the work model of one batch, memoised; :func:`build_grid` prices the :class:`WorkGrid`
+(a geometric grid of lengths × the allowed degrees and their best engines) that τ, m and the degrees are chosen
+on (:mod:`.target`, :mod:`.degrees`), and narrows the pricer and gives it the rows :meth:`Pricer.estimate` reads.
 """
 
 from __future__ import annotations
@@ -63,15 +58,12 @@ class Pricer:
 
     def overhead(self, sizes, ulysses) -> np.ndarray:
         """Group overhead (s) of each (size, ulysses) pair (arrays broadcast; the result is flat)."""
-        if np.ndim(sizes) == 0 and np.ndim(ulysses) == 0 and int(sizes) * OPTION_KEY + int(ulysses) in self._ovh:
-            return np.array([self._ovh[int(sizes) * OPTION_KEY + int(ulysses)]])
-        keys, inv = np.unique(np.asarray(sizes, dtype=np.int64) * OPTION_KEY + np.asarray(ulysses),
-                              return_inverse=True)
-        miss = [k for k in keys.tolist() if k not in self._ovh]
+        keys = (np.asarray(sizes, dtype=np.int64) * OPTION_KEY + np.asarray(ulysses, dtype=np.int64)).ravel().tolist()
+        miss = sorted(set(keys).difference(self._ovh))
         if miss:
             mk = np.asarray(miss, dtype=np.int64)
             self.set_overheads(mk, group_overhead(mk // OPTION_KEY, mk % OPTION_KEY, self.cost_model))
-        return np.array([self._ovh[k] for k in keys.tolist()], dtype=np.float64)[inv.ravel()]
+        return np.array([self._ovh[k] for k in keys], dtype=np.float64)
 
     def _rows(self, sizes: np.ndarray, ulysses: np.ndarray) -> np.ndarray:
         """The memo row of each option (int64 arrays that broadcast), rows added for options not seen yet."""
@@ -165,29 +157,23 @@ class WorkGrid:
 def build_grid(lengths: np.ndarray, degrees: np.ndarray, cp_engine: str, job: JobSpec,
                cost_model: CostModel, budget: int, ratio: float = 1.05, max_points: int = 160,
                pricer: Pricer | None = None) -> WorkGrid:
-    """Price a geometric grid spanning the batch's lengths at every allowed degree and engine.
-
-    Every option is priced at every stage class on every fourth grid point (and the last) and at 1 and 2
-    tokens (its overhead), the pricer (a :class:`Pricer` of these ``lengths``; None: a fresh one) narrowed to
-    the stages that are the heaviest at those probes, and the rest of the grid priced at those stages (the
-    last stage's class prices the rest in the same call: kept when the pricer narrows to it)."""
+    """Price a geometric grid spanning the batch's lengths at every allowed degree and engine. Every option is
+    priced at every stage class on every fourth grid point (and the last) and at 1 and 2 tokens (its overhead),
+    the pricer (a :class:`Pricer` of these ``lengths``; None: a fresh one) narrowed to the stages that are the
+    heaviest at those probes, and the rest of the grid priced at those stages (the last stage's class prices
+    the rest in the same call: kept when the pricer narrows to it)."""
     pricer = Pricer(lengths, cost_model) if pricer is None else pricer
     lo, hi = int(lengths.min()), int(lengths.max())
     npts = int(min(max_points, max(2, np.ceil(np.log(hi / lo) / np.log(ratio)) + 1))) if hi > lo else 1
     grid = sorted_unique(np.concatenate([np.round(np.geomspace(lo, hi, npts)).astype(np.int64), [lo, hi]]))
     G, K = len(grid), len(degrees)
     opt = [(k, u) for k, c in enumerate(degrees.tolist()) for u in engine_options(c, cp_engine, job)]
-    opt_k = np.array([k for k, _ in opt], dtype=np.int64)
-    opt_u = np.array([u for _, u in opt], dtype=np.int64)
+    opt_k, opt_u = np.array(opt, dtype=np.int64).reshape(-1, 2).T
     oc, n_opt = degrees[opt_k], len(opt)
-    probe = np.arange(0, G, 4)
-    if probe[-1] != G - 1:
-        probe = np.append(probe, G - 1)
-    P = len(probe)
-    rest = np.ones(G, dtype=bool)
-    rest[probe] = False
-    R = G - P
-    pp = getattr(cost_model.job, "pp", 1)
+    probe = sorted_unique(np.append(np.arange(0, G, 4), G - 1))  # every fourth grid point and the last
+    rest = np.setdiff1d(np.arange(G), probe)
+    P, R = len(probe), G - len(probe)
+    pp = cost_model.job.pp
     rep = stage_classes_of(cost_model)
     last = rep[pp - 1]
     classes = tuple(sorted(set(rep)))

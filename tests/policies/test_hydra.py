@@ -9,7 +9,7 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import Engine, PolicyError, create_policy, validate_plan
 from dcpsim.policies.hydra import HyDra, rank_loads
-from dcpsim.policies.hydra.order import best_order, candidate_orders, makespan, makespans
+from dcpsim.policies.hydra.order import FORWARD_FRACTION, best_order, candidate_orders, makespans
 from dcpsim.policies.hydra.placement import Packer
 from dcpsim.policies.hydra.placement import place
 from dcpsim.policies.hydra.degrees import cell_degrees
@@ -20,6 +20,11 @@ from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
 from dcpsim.policies.registry import available_policies, policy_options
 from dcpsim.traces.batching import GlobalBatch
 from dcpsim.traces.errors import TraceError
+
+
+def makespan(heights, p: int, phi: float = FORWARD_FRACTION, stage_scale=None) -> float:
+    """One order's 1F1B makespan (order.makespans of one row)."""
+    return float(makespans(np.asarray(heights, dtype=np.float64)[None, :], p, phi, stage_scale)[0])
 
 
 def batch_of(lengths) -> GlobalBatch:

@@ -8,7 +8,7 @@ import numpy as np
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies.hydra.degrees import planning_engines_many, sequence_degrees_many
 from dcpsim.policies.hydra.work import build_grid
-from dcpsim.policies.hydra.target import choose_target
+from dcpsim.policies.hydra.target import TargetSearch, choose_target
 from dcpsim.policies.hydra.target import build_target_model
 from dcpsim.policies.hydra.degrees import allowed_degrees
 from dcpsim.policies.hydra.work import Pricer
@@ -26,9 +26,9 @@ def _setup(n: int, w: int, seed: int):
     grid = build_grid(lengths, D, "auto", job, cm, budget, pricer=pricer)
     tm = build_target_model(grid)
     kmin = np.searchsorted(budget * D, lengths, side="left")
-    m0 = choose_target(grid, tm, w, 4, lengths, budget, None)
+    m0 = choose_target(TargetSearch(grid, tm, w, 4, lengths, budget), None)
     m = m0.m_light + m0.m_heavy
-    taus = [choose_target(grid, tm, w, 4, lengths, budget, k).tau for k in (m, -(-m // 2), -(-m // 3))]
+    taus = [choose_target(TargetSearch(grid, tm, w, 4, lengths, budget), k).tau for k in (m, -(-m // 2), -(-m // 3))]
     return lengths, job, pricer, grid, tm, kmin, D, taus
 
 

@@ -2,12 +2,14 @@
 
 The first version (tests/policies/_hydra_first_version.py, the code before the speed-up, kept verbatim) is the
 reference: ``TargetSearch.at`` for every light count, ``choose_target`` with and without a fixed count,
-``makespans`` (one level sweep for several columns), ``candidate_orders``, ``height_profile`` (all profiles
+``makespans`` (one level sweep for several columns), ``candidate_orders``, ``height_profiles`` (all profiles
 in one recurrence call) must return the same numbers
 bit for bit, on small batches of the 256k trace and on random inputs with ties.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import pytest
@@ -64,20 +66,17 @@ def test_target_search_matches_the_first_version(n: int, w: int, pp: int, seed: 
             assert same(res[i], want), (m, capacity)
             assert same(hydra_msearch.TargetSearch(grid, tm, w, pp, lengths, budget, capacity).at(m), want)
             heavy_seen += want.m_heavy > 0
+        fresh = partial(hydra_msearch.TargetSearch, grid, tm, w, pp, lengths, budget, capacity)
         for span in (1, 8):
-            for ramp in (False, True):
-                assert same(hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget, span=span,
-                                                       capacity=capacity, ramp=ramp),
-                            first.choose_target(grid, tm, w, pp, lengths, budget, span=span,
-                                                capacity=capacity, ramp=ramp))
+            assert same(hydra_msearch.choose_target(fresh(), span=span),
+                        first.choose_target(grid, tm, w, pp, lengths, budget, span=span, capacity=capacity))
         for fixed in (1, 3, 9, 40):
-            assert same(hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity),
+            assert same(hydra_msearch.choose_target(fresh(), fixed),
                         first.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity))
         # one search serving a free pick and then fixed counts (as HyDra calls it): the same choices
         shared = hydra_msearch.TargetSearch(grid, tm, w, pp, lengths, budget, capacity)
         for fixed in (None, 9, 3, 40, 9):
-            assert same(hydra_msearch.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity,
-                                                    search=shared),
+            assert same(hydra_msearch.choose_target(shared, fixed),
                         first.choose_target(grid, tm, w, pp, lengths, budget, fixed, capacity=capacity))
     if (n, w) == (256, 16):
         assert heavy_seen > 0  # the heavy-set path is exercised
@@ -120,7 +119,7 @@ def test_orders_and_height_profiles_match_the_first_version() -> None:
             assert same(hydra_order.candidate_orders(h, heavy, p, ends), first.candidate_orders(h, heavy, p, ends))
             if len(h):
                 assert same(hydra_order.best_order(h, heavy, p, ends), first.best_order(h, heavy, p, ends))
-        assert same(hydra_order.height_profile(m_light, 0.7, hv, p), first.height_profile(m_light, 0.7, hv, p))
+        assert same(hydra_order.height_profiles([(m_light, 0.7, hv)], p)[0], first.height_profile(m_light, 0.7, hv, p))
 
 
 def test_height_profiles_in_one_sweep_match_the_first_version() -> None:

@@ -1,4 +1,4 @@
-"""HyDra's microbatch height profile (hydra_order.ramped / height_profile), the ramps' place in the run order,
+"""HyDra's microbatch height profile (order.ramped / height_profiles), the ramps' place in the run order,
 and the choice among several microbatch counts (option m_candidates)."""
 
 from __future__ import annotations
@@ -9,10 +9,15 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import create_policy, validate_plan
 from dcpsim.policies.hydra import ANY_MAX_POOL, HyDra, rank_loads
-from dcpsim.policies.hydra.order import best_order, height_profile, makespan, makespans, ramped
+from dcpsim.policies.hydra.order import FORWARD_FRACTION, best_order, height_profiles, makespans, ramped
 from dcpsim.policies.pipeline_order import stage_order
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
+
+
+def makespan(heights, p: int, phi: float = FORWARD_FRACTION, stage_scale=None) -> float:
+    """One order's 1F1B makespan (order.makespans of one row)."""
+    return float(makespans(np.asarray(heights, dtype=np.float64)[None, :], p, phi, stage_scale)[0])
 
 
 def test_ramped_by_hand() -> None:
@@ -39,7 +44,7 @@ def test_ramp_shortens_fill_and_drain() -> None:
 def test_height_profile_never_worse_than_flat_by_the_recurrence(m: int, p: int) -> None:
     rng = np.random.default_rng(m * p)
     hv = rng.uniform(1.0, 3.0, size=3)
-    prof = height_profile(m, 1.0, hv, p)
+    prof = height_profiles([(m, 1.0, hv)], p)[0]
     assert prof.sum() == pytest.approx(m)  # work kept
     heavy = np.r_[np.ones(3, dtype=bool), np.zeros(m, dtype=bool)]
     ends = int(np.argmax(prof >= 1.0 - 1e-12))

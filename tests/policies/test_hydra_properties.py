@@ -101,7 +101,7 @@ def test_hydra_plans_are_valid_and_balanced(case) -> None:
         assert plan.meta["heavy_sequences"] == 0
         if options["profile"] is False:
             assert loads.max() <= (1 + tol) * tau * (1 + 1e-9)
-        else:  # a height profile (hydra_order.ramped) keeps Σh = m·τ: r ≤ m/3 ramp heights ≥ τ/4 at each end
+        else:  # a height profile (order.ramped) keeps Σh = m·τ: r ≤ m/3 ramp heights ≥ τ/4 at each end
             # free at most 2 · r · 0.75·τ for the m − 2r ≥ r middle ones, so each is ≤ τ + 1.5·τ = 2.5·τ
             assert loads.max() <= 2.5 * (1 + tol) * tau * (1 + 1e-9)
 
