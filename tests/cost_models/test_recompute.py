@@ -89,8 +89,8 @@ def test_cli_flags_reach_the_job_and_cost_prints_the_breakdown(capsys):
     import json
 
     from dcpsim.experiments.cli import main
-    from dcpsim.experiments.options import scenario_from_args
-    from dcpsim.experiments.scenario import DEFAULT_SCENARIO
+    from dcpsim.experiments.cli.args import scenario_from_args
+    from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO
 
     ns = type("A", (), {"recompute": "full", "recompute_method": "block", "recompute_num_layers": 2,
                         "overlap_grad_reduce": True, "overlap_param_gather": True, "grad_reduce_in_fp32": False})()
