@@ -1,4 +1,4 @@
-"""The analytic cost model of DESIGN §5, driven by a :class:`~cost_models.calibration.Calibration`.
+"""The analytic cost model of docs/cost_model.md, driven by a :class:`~cost_models.calibration.Calibration`.
 
 Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer groups), for one rank, one stage of
 ``layers_per_stage`` layers:
@@ -58,7 +58,7 @@ OPTIMIZER_BYTES_PER_PARAM = 32.0  # Adam over fp32 master + 2 moments + bf16 gra
 
 @dataclass(frozen=True)
 class AnalyticCostModel(AnalyticCommunication):
-    """Closed-form costs of DESIGN §5 with calibrated kernel and link curves (its communication:
+    """Closed-form costs of docs/cost_model.md with calibrated kernel and link curves (its communication:
     :class:`~cost_models.analytic_comm.AnalyticCommunication`)."""
 
     job: JobSpec

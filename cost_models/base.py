@@ -72,7 +72,7 @@ class GroupCosts:
 
 
 class CostModel(Protocol):
-    """Prices operations of a job. Implementations: ``AnalyticCostModel`` (DESIGN §5, calibrated) and
+    """Prices operations of a job. Implementations: ``AnalyticCostModel`` (docs/cost_model.md, calibrated) and
     ``ConstantCostModel`` (tests)."""
 
     @property

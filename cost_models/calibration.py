@@ -219,7 +219,7 @@ def _attention_from_dict(d: Mapping) -> dict:
 
 
 def published_calibration(gpu: GPUSpec) -> Calibration:
-    """Calibration from published figures alone (DESIGN §5; sources in the module docstring)."""
+    """Calibration from published figures alone (docs/cost_model.md; sources in the module docstring)."""
     nv = LinkModel(base_s=8.4e-6, hop_s=3.4e-6, busbw_gbs=gpu.nvlink_gbs)
     net = LinkModel(base_s=8.4e-6, hop_s=14e-6, busbw_gbs=gpu.network_gbs)
     comm = {f"{op}:nvlink": nv for op in COLLECTIVES} | {f"{op}:network": net for op in COLLECTIVES}

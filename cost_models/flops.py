@@ -1,4 +1,4 @@
-"""FLOP counts of one transformer layer (DESIGN §5). Pure functions of the model spec, vectorised over lengths.
+"""FLOP counts of one transformer layer (docs/cost_model.md). Pure functions of the model spec, vectorised over lengths.
 
 Sources: the usual 2 FLOPs per multiply-accumulate; the linear-layer count is 2 x (parameters of the layer's
 matrices) per token, = 4h²(1 + g/a) + 6hf for a SwiGLU layer with GQA when a·d = h; causal attention costs

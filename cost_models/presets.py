@@ -6,7 +6,7 @@ Models: Llama 3 architecture numbers from Meta's model cards / ``config.json`` (
 GPUs and clusters (docs/models.md, "GPUs and clusters"): each preset's ``source`` names the data sheet of
 every hardware number (peak dense BF16, HBM, NVLink / Infinity Fabric, domain size, NICs). Effective NCCL bus
 bandwidths: measured on H100/H200 (about 370 GB/s over NVLink 4, 46-49 GB/s per NDR 400 Gb/s NIC: the
-nccl-tests figures of ../shared/reference, NCCL_SOURCE); for the others, where no comparable measurement is
+nccl-tests figures of docs/models.md, NCCL_SOURCE); for the others, where no comparable measurement is
 published, the link's data-sheet rate times the efficiency measured on H100 (:data:`NVLINK_EFFICIENCY`,
 :data:`NIC_EFFICIENCY`), except MI300X, whose usable xGMI rate AMD publishes.
 """
@@ -58,7 +58,7 @@ NIC_EFFICIENCY = 47.0 / 50.0
 NDR_GBS = 50.0  # ConnectX-7 / NDR InfiniBand, 400 Gb/s
 HDR_GBS = 25.0  # ConnectX-6 / HDR InfiniBand, 200 Gb/s
 _HOPPER_NET = ("NCCL: ~370 GB/s bus bandwidth on NVLink 4 and 46-49 GB/s per NDR NIC (nccl-tests, "
-               "../shared/reference README)")
+               "docs/models.md)")
 _DERIVED_NET = ("NCCL bandwidths = data-sheet rate x the efficiency measured on H100 (370/450 on NVLink, "
                 "47/50 on a NIC)")
 

@@ -1,4 +1,5 @@
-"""The plan validator (DESIGN §3): every policy's output goes through it in tests and in the CLI."""
+"""The plan validator (docs/architecture.md, "Plans and their invariants"): every policy's output goes through
+it in tests and in the CLI."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ def test_presets_match_their_config_files():
 
 
 def test_dense_preset_flops_unchanged():
-    # Llama-3-8B: 4h²(1 + g/a) + 6hf (DESIGN §5), the number the first version priced.
+    # Llama-3-8B: 4h²(1 + g/a) + 6hf (docs/cost_model.md), the number the first version priced.
     m = get_model("llama3-8b")
     h, f, a, g = 4096, 14336, 32, 8
     assert linear_fwd_flops_per_token(m) == 4 * h * h * (1 + g / a) + 6 * h * f
