@@ -107,22 +107,6 @@ class AnalyticCostModel(AnalyticCommunication):
         group, the stage classes, the group overhead, the Ulysses floor; the numbers of ``group_costs``."""
         return self._memoized("pricing", lambda: AnalyticPricing(self))
 
-    # Thin delegates to :meth:`pricing`, kept while HyDra still calls them by name.
-    def alone_total_s(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, stage: int = 0) -> np.ndarray:
-        return self.pricing().alone_total_s(lengths, sizes, ulysses, stage)
-
-    def alone_stage_totals(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
-                           stages: tuple[int, ...], prefix: tuple[int | None, ...] | None = None,
-                           option: np.ndarray | None = None) -> list[np.ndarray]:
-        return self.pricing().alone_stage_totals(lengths, sizes, ulysses, stages, prefix, option)
-
-    def alone_block_totals(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
-                           stages: tuple[int, ...], prefix: tuple[int | None, ...] | None = None) -> list[np.ndarray]:
-        return self.pricing().alone_block_totals(lengths, sizes, ulysses, stages, prefix)
-
-    def stage_classes(self) -> tuple[int, ...]:
-        return self.pricing().stage_classes()
-
     def _costs(self, L: np.ndarray, tokens: np.ndarray, size_i: np.ndarray, u_i: np.ndarray, first_rank: np.ndarray,
                gid: np.ndarray | None, crossings: tuple[np.ndarray, np.ndarray], stage: int) -> tuple:
         """group_costs' fields (fwd compute, fwd CP comm, bwd compute, bwd CP comm, fwd TP, bwd TP — both None

@@ -89,9 +89,9 @@ class AnalyticCommunication:
         before the QKV and the first MLP GEMM and a reduce-scatter after the O and the second MLP GEMM, each
         of the full activation, tokens · h · 2 bytes (bf16) — the nccl-tests buffer size, of which a ring
         moves (t−1)/t per GPU. The backward mirrors them (all-gather ↔ reduce-scatter). The TP group sits
-        inside an NVLink domain (JobSpec requires t to divide gpu.nvlink_domain), so the calibration's NVLink all_gather and
-        reduce_scatter models price them, α included. ``job.tp_comm_overlap`` of it is hidden behind GEMMs
-        (0 by default: Megatron-LM's default is no --tp-comm-overlap). Not counted: the backward's second
+        inside an NVLink domain (JobSpec requires t to divide gpu.nvlink_domain), so the calibration's NVLink
+        all_gather and reduce_scatter models price them, α included. ``job.tp_comm_overlap`` of it is hidden behind
+        GEMMs (0 by default: Megatron-LM's default is no --tp-comm-overlap). Not counted: the backward's second
         all-gather of a column-parallel layer's input for its weight gradient (Megatron overlaps it with the
         data-gradient GEMM), and the loss's tiny all-reduces (cost_models.head)."""
         tpr = np.asarray(tpr, dtype=np.float64)

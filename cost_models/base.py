@@ -124,16 +124,15 @@ class Pricing(Protocol):
     "Alone" means each sequence in its own group of that size, contiguous from pool rank 0. Lengths,
     sizes and degrees are arrays; each method is vectorised over them.
 
-    HyDra's functions (policies/hydra_work.py, hydra_grid.py) and what they map to:
+    HyDra asks it everything through policies/hydra/pricing.py, one function per question:
 
-    ==============================================  ===============================================
-    ``stage_classes_of(cm)``                        :meth:`stage_classes`
-    ``stage_totals(L, c, u, cm, s)``                :meth:`alone_total_s`
-    ``class_times(L, c, u, cm, stages, prefix, o)`` :meth:`alone_stage_totals` (over the stages' classes)
-    ``build_grid``'s ``alone_block_totals`` probe  :meth:`alone_block_totals`
-    ``group_overhead(c, u, cm)``                    :meth:`group_overhead`
-    ``prices_fixed_costs(cm)``                      :meth:`prices_fixed_costs`
-    ==============================================  ===============================================
+    ==========================================================  ===============================================
+    ``stage_classes_of(cm)``                                    :meth:`stage_classes`
+    ``stage_times(L, c, u, cm, stages, option)``                :meth:`alone_stage_totals` (one row per class)
+    ``block_times(L, c, u, cm, classes, prefix)``               :meth:`alone_block_totals`
+    ``group_overhead(c, u, cm)``                                :meth:`group_overhead`
+    ``prices_fixed_costs(cm)``                                  :meth:`prices_fixed_costs`
+    ==========================================================  ===============================================
 
     and sim/bound.py reads :meth:`compute_stage_classes` and :meth:`ulysses_floor`.
     """

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, cast
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -115,7 +115,8 @@ def collective_terms(op: str, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class AttentionCurves:
-    """One backend's four curves, the kernel they were fitted to, and which were derived (cost_models.fitting.fit_backends)."""
+    """One backend's four curves, the kernel they were fitted to, and which were derived
+    (cost_models.fitting.fit_backends)."""
 
     kernel: str
     fwd_causal: SaturatingCurve

@@ -2,8 +2,8 @@
 
 * Per-layer overhead: with ``layer_fwd`` / ``layer_bwd`` rows (one whole decoder layer on one rank),
   each row's kernel time is predicted by :meth:`AnalyticCostModel.group_costs` for a one-layer job of the
-  row's shape with the curves cost_models.fitting fitted and no overhead (so no formula is duplicated here); the overhead
-  of a pass is the constant c ≥ 0 minimising Σ ((predicted + c) / measured − 1)², the relative least-squares
+  row's shape with the curves cost_models.fitting fitted and no overhead (so no formula is duplicated here); the
+  overhead of a pass is the constant c ≥ 0 minimising Σ ((predicted + c) / measured − 1)², the relative least-squares
   intercept c = Σ (r/m²) / Σ (1/m²) of the residuals r = measured − predicted, clipped at 0. Relative
   weighting lets the short layers, where the overhead dominates, set it.
 * Per-ring-step cost: with ``ring_fwd`` / ``ring_bwd`` rows (one layer's ring CP attention on one rank), the

@@ -39,8 +39,8 @@ class OpFit:
 
 @dataclass(frozen=True)
 class FitReport:
-    """What :func:`cost_models.fitting.fit_calibration` did: the calibrated terms, every attention group's own curve (for
-    plots), and the leave-one-out median error per kernel."""
+    """What :func:`cost_models.fitting.fit_calibration` did: the calibrated terms, every attention group's own curve
+    (for plots), and the leave-one-out median error per kernel."""
 
     name: str
     kernel: str | None

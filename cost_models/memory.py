@@ -54,6 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from dcpsim.cost_models import recompute as rc
 from dcpsim.cost_models.errors import InfeasibleError
 from dcpsim.cost_models.head import logits_bytes
@@ -230,7 +231,8 @@ def peak_memory_bytes(job: JobSpec, stage: int, tokens_in_flight: np.ndarray,
     largest = tif if largest_tokens is None else largest_tokens
     cp = largest if cp_tokens is None else cp_tokens
     states = model_state_bytes(job, stage) + job.memory_reserve_gb * 1e9
-    act, transient = activation_bytes_per_token(job, terms, stage) * tif, transient_bytes(job, stage, largest, cp, terms)
+    act = activation_bytes_per_token(job, terms, stage) * tif
+    transient = transient_bytes(job, stage, largest, cp, terms)
     step = step_copy_bytes(job, stage)
     if not step:  # (fp32 gradients: the sum in the first version's order)
         return states + act + transient

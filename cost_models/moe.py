@@ -18,7 +18,8 @@ one microbatch), per MoE layer, forward:
   by the calibration's all_to_all model on NVLink when the EP group's GPUs share an NVLink domain; else
   (CostTerms.links) the share addressed to the ep − L destinations in other domains crosses at the network
   rate (L: the fewest EP-group members in one domain; bytes / the GPU's NIC share) while the L − 1 local
-  ones go over NVLink at the same time, and without that term the whole buffer crosses at the network rate. With t > 1 the dispatcher all-gathers the received tokens over the TP group and
+  ones go over NVLink at the same time, and without that term the whole buffer crosses at the network rate. With t >
+  1 the dispatcher all-gathers the received tokens over the TP group and
   reduce-scatters them after the experts (T · k · h · 2 bytes, NVLink). The backward repeats both
   (gradients of dispatch and combine travel the same way). Fully exposed (Megatron-Core overlaps the EP
   all-to-all only with its ``--overlap-moe-expert-parallel-comm`` schedule, off by default).

@@ -41,7 +41,8 @@ class CostTerms:
     @staticmethod
     def parse(text: str, origin: str = "cost_terms") -> CostTerms:
         parts = [p.strip() for p in str(text).split(",") if p.strip()]
-        valid = f"'all' or 'legacy', optionally followed by ,-NAME or ,+NAME with NAME one of {', '.join(CostTerms.names())}"
+        valid = ("'all' or 'legacy', optionally followed by ,-NAME or ,+NAME with NAME one of "
+                 f"{', '.join(CostTerms.names())}")
         if not parts or parts[0] not in ("all", "legacy"):
             raise SpecError(f"{origin} = {text!r} is invalid: expected {valid}")
         terms = CostTerms() if parts[0] == "all" else CostTerms.legacy()

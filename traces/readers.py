@@ -91,7 +91,7 @@ def read_csv(path: Path, source: str) -> Raw:
         except pd.errors.EmptyDataError:
             raise TraceError(
                 f"{source}: file is empty; expected a CSV header with a 'length' column", source=source
-            )
+            ) from None
         except (pd.errors.ParserError, ValueError) as exc:
             raise TraceError(
                 f"{source}: not a readable CSV file ({exc}); expected a header and one row per document",

@@ -39,14 +39,17 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu", metavar="PRESET|FILE",
                    help=f"GPU preset (a100, h100, h200, b200, gb200, mi300x) or a GPU .toml file, optionally "
                         f"on top of a preset (docs/models.md, 'GPUs and clusters'; default {d.gpu})")
-    g.add_argument("--tp", type=positive_int, help=f"tensor-parallel degree; one simulator rank = TP GPUs (default {d.tp})")
+    g.add_argument("--tp", type=positive_int,
+                   help=f"tensor-parallel degree; one simulator rank = TP GPUs (default {d.tp})")
     g.add_argument("--pp", type=positive_int, help=f"pipeline stages (default {d.pp})")
     g.add_argument("--vpp", type=positive_int, metavar="V",
                    help=f"virtual stages per pipeline rank: V > 1 runs Megatron's interleaved 1F1B "
                         f"(--num-virtual-stages-per-pipeline-rank; pp · V must divide the layers; default {d.vpp})")
     g.add_argument("--pool", type=positive_int, help=f"ranks per stage, W = DP x CP (default {d.pool})")
-    g.add_argument("--context-len", type=positive_int, help=f"context length in tokens; longer documents are cut (default {d.context_len})")
-    g.add_argument("--global-batch-tokens", type=positive_int, help=f"tokens per global batch (default {d.global_batch_tokens})")
+    g.add_argument("--context-len", type=positive_int,
+                   help=f"context length in tokens; longer documents are cut (default {d.context_len})")
+    g.add_argument("--global-batch-tokens", type=positive_int,
+                   help=f"tokens per global batch (default {d.global_batch_tokens})")
     g.add_argument("--trace", metavar="PRESET|DIST|FILE",
                    help=f"trace preset name, a length distribution such as "
                         f"'lognormal:mean=1024,sigma=1.5,min=128,max=8192' (docs/models.md), or a length trace "
@@ -58,9 +61,11 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"expert-parallel degree of a MoE model, carved from the pool (default {d.ep})")
     g.add_argument("--moe-recompute", action=argparse.BooleanOptionalAction, default=None,
                    help="MoE layers recompute router and experts in the backward (default: on)")
-    g.add_argument("--iterations", type=positive_int, help=f"global batches (iterations) to simulate (default {d.iterations})")
+    g.add_argument("--iterations", type=positive_int,
+                   help=f"global batches (iterations) to simulate (default {d.iterations})")
     g.add_argument("--seed", type=typed(int, ge=0), help=f"seed of the trace sampling (default {d.seed})")
-    g.add_argument("--calibration", metavar="FILE", help="calibration JSON from 'dcpsim calibrate' (default: the GPU's shipped one)")
+    g.add_argument("--calibration", metavar="FILE",
+                   help="calibration JSON from 'dcpsim calibrate' (default: the GPU's shipped one)")
     g.add_argument("--max-seqlen-per-rank", type=positive_int, metavar="TOKENS",
                    help="per-rank token budget of a microbatch (default: derived from GPU memory)")
     g.add_argument("--cp-engine", choices=("ring", "ulysses", "hybrid", "auto"),
@@ -111,8 +116,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
 
         base = load_scenario(args.scenario)
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in
-                               ("model", "gpu", "tp", "pp", "vpp", "pool", "context_len", "global_batch_tokens", "trace",
-                                "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap", "attention_backend", "ep",
+                               ("model", "gpu", "tp", "pp", "vpp", "pool", "context_len", "global_batch_tokens",
+                                "trace", "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap",
+                                "attention_backend", "ep",
                                 "moe_recompute", "global_batch_seqs", "slow_ranks", "stragglers", "recompute",
                                 "recompute_method", "overlap_grad_reduce", "overlap_param_gather",
                                 "grad_reduce_in_fp32")}

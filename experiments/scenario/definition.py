@@ -82,11 +82,11 @@ class Scenario:
         return d
 
     def job(self) -> JobSpec:
-        return JobSpec(model=get_model(self.model), gpu=self.gpu_object(), tp=self.tp, pp=self.pp, vpp=self.vpp, pool=self.pool,
-                       context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
+        return JobSpec(model=get_model(self.model), gpu=self.gpu_object(), tp=self.tp, pp=self.pp, vpp=self.vpp,
+                       pool=self.pool, context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
                        memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank,
-                       tp_comm_overlap=self.tp_comm_overlap, attention_backend=self.attention_backend, ep=self.ep, moe_recompute=self.moe_recompute,
-                       stragglers=self.straggler_spec(), recompute=self.recompute,
+                       tp_comm_overlap=self.tp_comm_overlap, attention_backend=self.attention_backend, ep=self.ep,
+                       moe_recompute=self.moe_recompute, stragglers=self.straggler_spec(), recompute=self.recompute,
                        recompute_method=self.recompute_method, recompute_layers=self.recompute_layers or None,
                        overlap_grad_reduce=self.overlap_grad_reduce, overlap_param_gather=self.overlap_param_gather,
                        grad_reduce_in_fp32=self.grad_reduce_in_fp32)

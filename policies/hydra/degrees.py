@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ulysses_degrees_of
 from dcpsim.policies.errors import PolicyError

@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+
 from dcpsim.policies.pipeline_order import one_f_one_b_position
 
 FORWARD_FRACTION = 0.3

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from dcpsim.policies.hydra.fill import Fill
 from dcpsim.policies.hydra.fill import fill as fill_phase
 from dcpsim.policies.hydra.target import pack_heavy

@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
 import numpy as np
+
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.engines import ENGINE_CHOICES, engine_from_ulysses
-from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.hydra.degrees import (
     allowed_degrees,
     engine_options,
@@ -45,8 +45,9 @@ from dcpsim.policies.hydra.placement import Layout, place
 from dcpsim.policies.hydra.pricing import prices_fixed_costs, rank_loads
 from dcpsim.policies.hydra.target import TargetChoice, TargetSearch, build_target_model, choose_target
 from dcpsim.policies.hydra.work import Pricer, WorkGrid, build_grid
+from dcpsim.policies.opening import plan_inputs
 from dcpsim.policies.plan import CPGroup, Plan, make_plan
-from dcpsim.policies.registry import check_options, option, register_policy
+from dcpsim.policies.registry import option, register_policy
 
 if TYPE_CHECKING:
     from dcpsim.traces.batching import GlobalBatch
@@ -93,20 +94,6 @@ def _heights(keys: list[int], n_mbs: int, mb: np.ndarray, load: np.ndarray) -> n
     return height
 
 
-def _check_batch(ids: np.ndarray, lengths: np.ndarray) -> None:
-    if ids.ndim != 1 or ids.shape != lengths.shape:
-        raise PolicyError(f"batch.seq_ids {ids.shape} and batch.lengths {lengths.shape} must be 1-D and aligned")
-    if len(ids) == 0:
-        raise PolicyError("the batch has no sequences")
-    bad = np.flatnonzero(lengths < 1)
-    if bad.size:
-        i = int(bad[0])
-        raise PolicyError(f"sequence id {int(ids[i])} has length {int(lengths[i])}; lengths must be ≥ 1 token")
-    srt = np.sort(ids)
-    if (srt[1:] == srt[:-1]).any():
-        raise PolicyError("batch.seq_ids repeat an id; ids must be unique")
-
-
 @register_policy("hydra")
 @dataclass(frozen=True)
 class HyDra:
@@ -130,9 +117,6 @@ class HyDra:
     target: Literal["fixed-point", "mean"] = "fixed-point"
     name: ClassVar[str]  # set by @register_policy
 
-    def __post_init__(self) -> None:
-        check_options(self)
-
     def plan(self, batch: GlobalBatch, job: JobSpec, cost_model: CostModel) -> Plan:
         if self.degrees == "auto":
             # Odd degrees let long sequences take the ranks their load needs (prod-2048-256k seed 2: 3.4%
@@ -152,19 +136,13 @@ class HyDra:
               columns: bool = False) -> Plan:
         """One degree set's plan; ``extra_m``: microbatch counts to plan besides m, ⌈m/2⌉, …, ⌈m/k⌉;
         ``columns``: record ``meta["columns_s"]``, the largest of the ranks' own 1F1B recurrences."""
-        ids = np.asarray(batch.seq_ids, dtype=np.int64)
-        lengths = np.asarray(batch.lengths, dtype=np.int64)
-        _check_batch(ids, lengths)
-        W = job.pool
-        M = int(self.max_seqlen_per_rank or cost_model.max_tokens_per_rank())
+        inp = plan_inputs(self.name, batch, cost_model, self.max_seqlen_per_rank)
+        ids, lengths, M, W = inp.ids, inp.lengths, inp.budget, job.pool
         D = allowed_degrees(W, self.degrees, self.min_cp_size, self.cp_engine, job)
+        inp.check_fit(int(D[-1]) * M, f"more than the largest allowed CP group holds: {int(D[-1])} ranks × {M} tokens "
+                      f"per rank = {int(D[-1]) * M} (pool W = {W}, degrees = {self.degrees!r}, cp_engine = "
+                      f"{self.cp_engine!r}); cut it or raise the budget")
         kmin = np.searchsorted(M * D, lengths, side="left")  # smallest degree index with L ≤ M·c
-        if (kmin >= len(D)).any():
-            i = int(np.flatnonzero(kmin >= len(D))[0])
-            raise PolicyError(
-                f"sequence id {int(ids[i])} has {int(lengths[i])} tokens, more than the largest allowed CP group "
-                f"holds: {int(D[-1])} ranks × {M} tokens per rank = {int(D[-1]) * M} (pool W = {W}, "
-                f"degrees = {self.degrees!r}, cp_engine = {self.cp_engine!r}); cut it or raise the budget")
         # Stragglers (cost_models.stragglers): a pool rank's factor is its slowest stage's (one plan for all
         # stages); the target balances over the effective ranks Σ 1/f, groups on slow ranks hold less.
         slow = job.slowdown().max(axis=0) if job.stragglers else None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
+
 from dcpsim.policies.hydra.degrees import cell_degrees
 from dcpsim.policies.hydra.order import best_makespans
 from dcpsim.policies.hydra.work import WorkGrid

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from dcpsim.cost_models.base import CostModel
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.policies.hydra.degrees import OPTION_KEY, engine_options, sorted_unique

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
+
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, ModelSpec, get_gpu, get_model
 from dcpsim.cost_models.terms import CostTerms
 

@@ -37,7 +37,7 @@ def test_alone_totals_equal_group_costs(model, gpu, tp, terms):
                (lengths[:0], sizes[:0], u[:0])]
     for stage in range(job.pp):
         for L, c, uu in batches:
-            got = cm.alone_total_s(L, c, uu, stage)
+            got = cm.pricing().alone_total_s(L, c, uu, stage)
             want = _reference(cm, L, c, uu, stage)
             assert got.dtype == np.float64 and got.shape == want.shape
             assert got.tobytes() == want.tobytes(), (stage, terms)
@@ -55,7 +55,7 @@ def test_golden_alone_totals_of_the_version_before():
     }
     for (terms, stage), want in golden.items():
         cm = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms))
-        assert cm.alone_total_s(lengths, sizes, u, stage).tolist() == want
+        assert cm.pricing().alone_total_s(lengths, sizes, u, stage).tolist() == want
         assert _reference(cm, lengths, sizes, u, stage).tolist() == want
 
 
@@ -75,7 +75,7 @@ def test_several_stages_and_prefixes_equal_one_stage_at_a_time(model, gpu, pool,
     lengths = rng.integers(1, 300_000, n)
     stages = tuple(range(job.pp))
     for prefix in (None, (40, None, 0, 150), (7, 7, 7, 7)):
-        got = cm.alone_stage_totals(lengths, sizes, u, stages, prefix)
+        got = cm.pricing().alone_stage_totals(lengths, sizes, u, stages, prefix)
         for s, k, row in zip(stages, prefix or (None,) * len(stages), got):
             k = n if k is None else k
             want = _reference(cm, lengths[:k], sizes[:k], u[:k], s)
@@ -92,7 +92,7 @@ def test_per_option_groups_equal_per_sequence_groups(terms):
     rng = np.random.default_rng(2)
     pick = rng.integers(0, len(opts) - 1, 120)
     lengths = rng.integers(1, 300_000, 120)
-    got = cm.alone_stage_totals(lengths, opts[:, 0], opts[:, 1], (0, 1, 3), (None, 30, None), option=pick)
+    got = cm.pricing().alone_stage_totals(lengths, opts[:, 0], opts[:, 1], (0, 1, 3), (None, 30, None), option=pick)
     for s, k, row in zip((0, 1, 3), (120, 30, 120), got):
         want = _reference(cm, lengths[:k], opts[pick[:k], 0], opts[pick[:k], 1], s)
         assert row.tobytes() == want.tobytes(), s

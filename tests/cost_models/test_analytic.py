@@ -36,7 +36,8 @@ def test_doubling_length_quadruples_attention_and_doubles_linear():
     m = job.model
     for c in (1, 4):
         a1, a2 = (cm.group_costs(one_group(L, c)) for L in (16384, 32768))
-        lin = lambda L, c=c: L / c * linear_fwd_flops_per_token(m) * job.layers_per_stage / (flat.gemm.peak_tflops * 1e12)
+        lin = lambda L, c=c: L / c * linear_fwd_flops_per_token(m) * job.layers_per_stage / (flat.gemm.peak_tflops *
+        1e12)
         att1 = a1.fwd_compute_s[0] - lin(16384)
         att2 = a2.fwd_compute_s[0] - lin(32768)
         assert att2 / att1 == pytest.approx(4.0, rel=1e-9)

@@ -25,6 +25,7 @@ D12   Nemotron-4 340B     256    8    8    1    4     1   4096   1
 from __future__ import annotations
 
 import pytest
+
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.cost_models.errors import InfeasibleError
 from dcpsim.cost_models.memory import memory_breakdown, memory_budget_tokens
@@ -95,6 +96,7 @@ def test_in_flight_depth_is_the_schedules(row_id):
     """memory.in_flight (what the budget assumes) equals the simulated schedule's peak in-flight tokens per
     stage over a microbatch's tokens per rank, interleaved (D3: V 5, D9: V 6) or not (D12)."""
     import numpy as np
+
     from dcpsim.cost_models.memory import in_flight
     from dcpsim.policies import create_policy
     from dcpsim.sim.flatten import flatten

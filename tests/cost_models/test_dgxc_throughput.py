@@ -23,7 +23,8 @@ def test_dgxc_rows_error_as_measured():
     errors = {}
     for r in rows():
         # D6, modelled at 128 layers, misses its budget by 1% (test_dgxc_memory): its tokens per rank are given
-        tps, _ = simulated_tokens_per_s_per_gpu(r, **({"max_tokens_per_rank": r.tokens_per_rank} if r.id == "D6" else {}))
+        tps, _ = simulated_tokens_per_s_per_gpu(r,
+                                                **({"max_tokens_per_rank": r.tokens_per_rank} if r.id == "D6" else {}))
         errors[r.id] = tps / r.published - 1.0
         print(f"{r.id}: simulated {tps:.1f}, published {r.published:.1f} tokens/s/GPU, error {errors[r.id]:+.1%}")
     a = np.abs(list(errors.values()))

@@ -4,6 +4,7 @@ but one bucket of its collective."""
 from __future__ import annotations
 
 import pytest
+
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.cost_models.dp_overlap import bucket_params, exposed_fractions
 from dcpsim.cost_models.errors import SpecError

@@ -145,7 +145,7 @@ def test_stage_classes_cost_the_same(model, gpu, tp, pp, pool, terms, classes):
     job = JobSpec(model=get_model(model), gpu=get_gpu(gpu), tp=tp, pp=pp, pool=pool, context_len=262144,
                   max_tokens_per_rank=16384)
     cm = AnalyticCostModel(job, terms=CostTerms.parse(terms))
-    assert cm.stage_classes() == classes
+    assert cm.pricing().stage_classes() == classes
     rng = np.random.default_rng(11)
     G = 200
     sizes = rng.choice([c for c in (1, 2, 3, 4, 6, 8, 12) if c <= pool], G)

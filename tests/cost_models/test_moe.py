@@ -214,8 +214,8 @@ def test_simulation_reports_ep_comm_apart_from_cp_comm():
     comm = res.timeline["comm"]
     assert set(np.unique(comm).tolist()) >= {"ep"} and "cp" not in set(comm.tolist())
     # the Chrome trace and the Gantt chart name and colour them as EP, not CP
-    from dcpsim.experiments.output.chrome_trace import timeline_to_chrome
     from dcpsim.experiments.figures.gantt import categorise
+    from dcpsim.experiments.output.chrome_trace import timeline_to_chrome
     names = {e["name"] for e in timeline_to_chrome(res.timeline)["traceEvents"] if e.get("ph") == "X"}
     assert "ep comm" in names and "cp comm" not in names
     assert "ep" in set(categorise(res.timeline.to_frame()).tolist())

@@ -1,4 +1,5 @@
-"""cost_models.analytic_pricing (alone_stage_totals with option=, HyDra's probes) gives group_costs' total_s of each sequence
+"""cost_models.analytic_pricing (alone_stage_totals with option=, HyDra's probes) gives group_costs' total_s of each
+sequence
 alone in a group like its option, bit for bit, on every branch of the model: rings and all-to-alls
 on NVLink or the network (and a NIC share below 1, the network bytes scaled), options without a ring or without
 all-to-alls among ones with them, every cost term off in turn, TP > 1 (its terms added), one pipeline stage (the
@@ -66,7 +67,7 @@ def test_per_option_totals_equal_group_costs(job, terms):
     # every option, only ring-free options, only options without all-to-alls, one option
     for sel in (pick, np.flatnonzero(opts[:, 0] == opts[:, 1])[pick % 2],
                 np.flatnonzero(opts[:, 1] == 1)[pick % 3], np.full(n, len(opts) - 1)):
-        got = cm.alone_stage_totals(lengths, opts[:, 0], opts[:, 1], stages, prefix, option=sel)
+        got = cm.pricing().alone_stage_totals(lengths, opts[:, 0], opts[:, 1], stages, prefix, option=sel)
         for s, k, row in zip(stages, prefix, got):
             k = n if k is None else k
             want = _reference(cm, lengths[:k], opts[sel[:k], 0], opts[sel[:k], 1], s)
@@ -93,8 +94,9 @@ def test_block_totals_equal_the_flattened_block(job, terms):
     stages = tuple(range(job.pp))
     prefix = tuple([None, 5, 0, 30][:job.pp])
     n, c = len(opts), len(lengths)
-    got = cm.alone_block_totals(lengths, opts[:, 0], opts[:, 1], stages, prefix)
-    flat = cm.alone_stage_totals(np.tile(lengths, n), opts[:, 0], opts[:, 1], stages, option=np.repeat(np.arange(n), c))
+    got = cm.pricing().alone_block_totals(lengths, opts[:, 0], opts[:, 1], stages, prefix)
+    flat = cm.pricing().alone_stage_totals(np.tile(lengths, n), opts[:, 0], opts[:, 1], stages,
+                                           option=np.repeat(np.arange(n), c))
     for s, k, row, want in zip(stages, prefix, got, flat):
         k = c if k is None else k
         assert row.shape == (n, k)
@@ -105,12 +107,13 @@ def test_a_second_call_with_the_same_options_reuses_its_table_and_gives_the_same
     cm = AnalyticCostModel(make_job())
     lengths = np.array([5, 900, 30000, 250000])
     pick = np.array([0, 4, 7, 9])
-    first = cm.alone_stage_totals(lengths, OPTIONS[:, 0], OPTIONS[:, 1], (3,), option=pick)[0]
+    first = cm.pricing().alone_stage_totals(lengths, OPTIONS[:, 0], OPTIONS[:, 1], (3,), option=pick)[0]
     tables = dict(cm._memo["option_groups"])
-    again = cm.alone_stage_totals(lengths, OPTIONS[:, 0], OPTIONS[:, 1], (3,), option=pick)[0]
+    again = cm.pricing().alone_stage_totals(lengths, OPTIONS[:, 0], OPTIONS[:, 1], (3,), option=pick)[0]
     assert cm._memo["option_groups"] == tables and len(tables) == 1
     assert again.tobytes() == first.tobytes()
-    assert cm.alone_stage_totals(lengths[:0], OPTIONS[:, 0], OPTIONS[:, 1], (3,), option=pick[:0])[0].shape == (0,)
+    empty = cm.pricing().alone_stage_totals(lengths[:0], OPTIONS[:, 0], OPTIONS[:, 1], (3,), option=pick[:0])
+    assert empty[0].shape == (0,)
 
 
 def test_golden_per_option_totals_of_the_version_before():
@@ -120,5 +123,5 @@ def test_golden_per_option_totals_of_the_version_before():
     golden = {("all,-kernels", 0): GOLDEN_ALL_0, ("all,-kernels", 3): GOLDEN_ALL_3, ("legacy", 3): GOLDEN_LEGACY_3}
     for (terms, stage), want in golden.items():
         cm = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms))
-        got = cm.alone_stage_totals(lengths, OPTIONS[:, 0], OPTIONS[:, 1], (stage,), option=np.array(pick))[0]
+        got = cm.pricing().alone_stage_totals(lengths, OPTIONS[:, 0], OPTIONS[:, 1], (stage,), option=np.array(pick))[0]
         assert got.tolist() == want, (terms, stage)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.cost_models import recompute as rc
 from dcpsim.cost_models.errors import SpecError
@@ -28,14 +29,18 @@ def costs(j, terms=None, L=8192, c=2):
 def test_megatron_semantics_of_method_and_num_layers():
     """16 layers per stage: uniform groups of 4 keep 4 checkpoints and rebuild 4 layers at once; block 4
     checkpoints the first 4 layers one by one and keeps 12 whole."""
-    u, b = job(recompute="full", recompute_layers=4), job(recompute="full", recompute_method="block", recompute_layers=4)
-    assert (rc.checkpointed_layers(u), rc.checkpoints(u), rc.rebuilt_layers(u), rc.recomputed_fraction(u)) == (16, 4, 4, 1.0)
-    assert (rc.checkpointed_layers(b), rc.checkpoints(b), rc.rebuilt_layers(b), rc.recomputed_fraction(b)) == (4, 4, 1, 0.25)
+    u, b = job(recompute="full", recompute_layers=4), job(recompute="full", recompute_method="block",
+                                                          recompute_layers=4)
+    assert (rc.checkpointed_layers(u), rc.checkpoints(u), rc.rebuilt_layers(u),
+            rc.recomputed_fraction(u)) == (16, 4, 4, 1.0)
+    assert (rc.checkpointed_layers(b), rc.checkpoints(b), rc.rebuilt_layers(b),
+            rc.recomputed_fraction(b)) == (4, 4, 1, 0.25)
     whole = saved_bytes_per_token_layer(u.model) / 2 + 16 * 4  # per layer on one GPU, log-sum-exp included
     ckpt = 2 * 4096 / 2
     assert activation_bytes_per_token(u) == pytest.approx(4 * ckpt)
     assert activation_bytes_per_token(b) == pytest.approx(12 * whole + 4 * ckpt)
-    assert float(transient_bytes(u, 0, 1000.0, 0.0) - transient_bytes(job(), 0, 1000.0, 0.0)) == pytest.approx(4 * 1000 * whole)
+    assert float(transient_bytes(u, 0, 1000.0, 0.0) - transient_bytes(job(), 0, 1000.0,
+                                                                      0.0)) == pytest.approx(4 * 1000 * whole)
 
 
 def test_memory_falls_and_backward_grows_with_recompute():
@@ -59,7 +64,8 @@ def test_selective_adds_the_attention_forward():
     attn = m.attention_curves()[0]
     from dcpsim.cost_models.flops import attention_fwd_flops
     flops = float(attention_fwd_flops(np.array([8192.0]), m.job.model)[0]) / 2 / 2 * m.job.layers_per_stage
-    assert free_linear == pytest.approx(float(attn.seconds_clamped(np.array([flops]), np.array([4096.0]))[0]), rel=1e-12)
+    assert free_linear == pytest.approx(float(attn.seconds_clamped(np.array([flops]), np.array([4096.0]))[0]),
+                                        rel=1e-12)
 
 
 def test_term_off_prices_as_none():
@@ -101,4 +107,5 @@ def test_cli_flags_reach_the_job_and_cost_prints_the_breakdown(capsys):
     assert main(["cost", "--model", "llama3-8b", "--seq-len", "8192", "--cp", "2", "--pool", "8", "--memory",
                  "--json"]) == 0
     (stage,) = json.loads(capsys.readouterr().out)
-    assert stage["weights_gb"] == pytest.approx(2 * 8.03, rel=0.01) and stage["gradients_gb"] == pytest.approx(4 * 8.03, rel=0.01)
+    assert stage["weights_gb"] == pytest.approx(2 * 8.03,
+                                                rel=0.01) and stage["gradients_gb"] == pytest.approx(4 * 8.03, rel=0.01)

@@ -10,7 +10,6 @@ from dcpsim.cost_models import AnalyticCostModel, CostTerms, GroupBatch, JobSpec
 from dcpsim.cost_models.errors import SpecError
 from dcpsim.experiments.cli import main
 
-
 LAYERS = CostTerms.parse("all,-lm_head")  # pp = 1: the only stage is also the last; price the layers alone
 
 

@@ -11,9 +11,8 @@ import pytest
 from dcpsim.cost_models import JobSpec, get_gpu, get_model
 from dcpsim.cost_models.presets import GPUS, MODELS
 from dcpsim.cost_models.ulysses import domain_ranks, ulysses_degrees, ulysses_problem
-from dcpsim.policies import engines
+from dcpsim.policies import CPGroup, engines, make_plan
 from dcpsim.policies.errors import PlanError
-from dcpsim.policies import CPGroup, make_plan
 from dcpsim.policies.validate import validate_plan
 from dcpsim.sim.bound import ulysses_options
 from dcpsim.traces.batching import GlobalBatch
@@ -73,4 +72,5 @@ def test_the_domain_never_binds_on_a_shipped_model_and_gpu():
                 except Exception:
                     continue  # not a valid job (TP beyond a domain or the heads)
                 for size in (1, 2, 4, 8, 16, 64):
-                    assert ulysses_degrees(job, size) == ulysses_degrees(job, size, within_domain=False), (model.name, tp)
+                    assert ulysses_degrees(job, size) == ulysses_degrees(job, size,
+                                                                         within_domain=False), (model.name, tp)

@@ -42,7 +42,8 @@ def test_example_matches_the_analytic_model(capsys):
     model = ModelSpec("m", hidden=8192, ffn=28672, layers=1, heads=64, kv_heads=4, head_dim=128, vocab=128256)
     job = JobSpec(model=model, gpu=get_gpu("h100"), tp=1, pp=1, pool=1, context_len=32768)
     gc = AnalyticCostModel(job, terms=CostTerms.parse("all,-lm_head,-kernels")).group_costs(one_group(32768))
-    kern = AnalyticCostModel(job, terms=CostTerms.parse("all,-lm_head,-fixed_costs,-kernels")).group_costs(one_group(32768))
+    kern = AnalyticCostModel(job,
+                             terms=CostTerms.parse("all,-lm_head,-fixed_costs,-kernels")).group_costs(one_group(32768))
     assert r["attention_fwd_s"] + r["linear_fwd_s"] == pytest.approx(kern.fwd_compute_s[0], rel=1e-12)
     assert r["attention_bwd_s"] + r["linear_bwd_s"] == pytest.approx(kern.bwd_compute_s[0], rel=1e-12)
     assert r["overhead_fwd_s"] == pytest.approx(gc.fwd_compute_s[0] - kern.fwd_compute_s[0], rel=1e-9)

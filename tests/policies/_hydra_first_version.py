@@ -9,10 +9,18 @@ from dataclasses import replace
 
 import numpy as np
 
-from dcpsim.policies.hydra.order import FORWARD_FRACTION, RAMP_FLOORS, _schedule, ramped
-from dcpsim.policies.hydra.target import REFINE_MAX, REFINE_WITHIN, STOP_ABOVE, TOKEN_SLACK, TargetChoice
 from dcpsim.policies.hydra.degrees import cell_degrees
-from dcpsim.policies.hydra.target import TargetModel, pack_heavy, solve_tau
+from dcpsim.policies.hydra.order import FORWARD_FRACTION, RAMP_FLOORS, _schedule, ramped
+from dcpsim.policies.hydra.target import (
+    REFINE_MAX,
+    REFINE_WITHIN,
+    STOP_ABOVE,
+    TOKEN_SLACK,
+    TargetChoice,
+    TargetModel,
+    pack_heavy,
+    solve_tau,
+)
 from dcpsim.policies.hydra.work import WorkGrid
 
 

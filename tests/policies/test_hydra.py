@@ -1,5 +1,5 @@
-"""Unit tests of the ``hydra`` policy: the closed-form target, degrees from load, the sorted-list and heap placement, the
-engine choice, non-power-of-two pools, ``degrees="any"``, the 1F1B order, and the error messages."""
+"""Unit tests of the ``hydra`` policy: the closed-form target, degrees from load, the sorted-list and heap placement,
+the engine choice, non-power-of-two pools, ``degrees="any"``, the 1F1B order, and the error messages."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import Engine, PolicyError, create_policy, validate_plan
 from dcpsim.policies.hydra import HyDra, rank_loads
+from dcpsim.policies.hydra.degrees import allowed_degrees, cell_degrees, engine_options
 from dcpsim.policies.hydra.order import FORWARD_FRACTION, best_order, candidate_orders, makespans
-from dcpsim.policies.hydra.placement import Packer
-from dcpsim.policies.hydra.placement import place
-from dcpsim.policies.hydra.degrees import cell_degrees
+from dcpsim.policies.hydra.placement import Packer, place
+from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
 from dcpsim.policies.hydra.target import build_target_model, pack_heavy, solve_tau
 from dcpsim.policies.hydra.work import build_grid
-from dcpsim.policies.hydra.degrees import allowed_degrees, engine_options
-from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
 from dcpsim.policies.registry import available_policies, policy_options
 from dcpsim.traces.batching import GlobalBatch
 from dcpsim.traces.errors import TraceError
@@ -210,7 +208,8 @@ def test_token_budget_sets_bins_aside_without_losing_them() -> None:
     pk.add(0, 0, 0.1, 9.0)  # roomiest by load, but nearly out of tokens
     pk.add(1, 1, 0.5, 1.0)
     assert pk.best_in_class((1, 1), 0.1, 5.0, strict=False) == 1
-    assert pk.best_in_class((1, 1), 0.1, 1.0, strict=False) == 0  # set aside for the 5-token item, back in the heap for this one
+    assert pk.best_in_class((1, 1), 0.1, 1.0,
+                            strict=False) == 0  # set aside for the 5-token item, back in the heap for this one
 
 
 def test_fill_balances_equal_items_like_lpt() -> None:

@@ -6,12 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra.degrees import planning_engines_many, sequence_degrees_many
-from dcpsim.policies.hydra.work import build_grid
-from dcpsim.policies.hydra.target import TargetSearch, choose_target
-from dcpsim.policies.hydra.target import build_target_model
-from dcpsim.policies.hydra.degrees import allowed_degrees
-from dcpsim.policies.hydra.work import Pricer
+from dcpsim.policies.hydra.degrees import allowed_degrees, planning_engines_many, sequence_degrees_many
+from dcpsim.policies.hydra.target import TargetSearch, build_target_model, choose_target
+from dcpsim.policies.hydra.work import Pricer, build_grid
 from dcpsim.traces import get_preset
 
 
@@ -35,7 +32,7 @@ def _setup(n: int, w: int, seed: int):
 def _calls(pricer: Pricer) -> list[int]:
     count = [0]
     cm = pricer.cost_model
-    price = cm.alone_stage_totals
+    price = cm.pricing().alone_stage_totals
 
     def counted(*a, **k):
         count[0] += 1

@@ -6,11 +6,9 @@ option without a non-decreasing grid row."""
 import numpy as np
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra.work import build_grid
-from dcpsim.policies.hydra.degrees import allowed_degrees
-from dcpsim.policies.hydra.degrees import OPTION_KEY
+from dcpsim.policies.hydra.degrees import OPTION_KEY, allowed_degrees
 from dcpsim.policies.hydra.pricing import MIN_WORK_S
-from dcpsim.policies.hydra.work import Pricer
+from dcpsim.policies.hydra.work import Pricer, build_grid
 from dcpsim.traces import get_preset
 
 
@@ -25,7 +23,7 @@ def test_estimate_is_the_power_law_at_the_asked_positions():
     rng = np.random.default_rng(1)
     keys = list(pricer._grid_rows)
     assert len(keys) >= len(D)  # every degree has a non-decreasing row
-    for step in range(12):
+    for _ in range(12):
         key = keys[int(rng.integers(len(keys)))]
         c, u = key // OPTION_KEY, key % OPTION_KEY
         pos = rng.integers(0, len(lengths), int(rng.integers(1, 80)))

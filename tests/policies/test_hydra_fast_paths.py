@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra import order as hydra_order, target as hydra_target
+from dcpsim.policies.hydra import order as hydra_order
+from dcpsim.policies.hydra import target as hydra_target
+
 hydra_msearch = hydra_target  # (the target search lives in target.py)
-from dcpsim.policies.hydra.target import build_target_model, pack_heavy
-from dcpsim.policies.hydra.work import build_grid
 from dcpsim.policies.hydra.degrees import allowed_degrees
-from dcpsim.policies.hydra.work import Pricer
+from dcpsim.policies.hydra.target import build_target_model
+from dcpsim.policies.hydra.work import Pricer, build_grid
 from dcpsim.traces import get_preset
 
 from . import _hydra_first_version as first

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, GroupBatch, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra.target import build_target_model
-from dcpsim.policies.hydra.work import build_grid
 from dcpsim.policies.hydra.degrees import allowed_degrees
 from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
+from dcpsim.policies.hydra.target import build_target_model
+from dcpsim.policies.hydra.work import build_grid
 
 
 def job(pp=2):

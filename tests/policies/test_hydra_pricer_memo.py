@@ -1,20 +1,19 @@
 """HyDra's Pricer memo (policies/hydra/work.py: one [option, distinct length] table found through a (size,
 ulysses) look-up) answers exactly what the work model prices, whatever the order of the requests, the mix of
-options in one request and how far the table grows (work_at_rows, the options looked up once, too); build_grid with a pricer (probes reused for their grid
+options in one request and how far the table grows (work_at_rows, the options looked up once,
+                                                    too); build_grid with a pricer (probes reused for their grid
 columns) gives the grid of the reference path without one; and the work model's numbers are those the version
 before the table printed (commit 3188ce2) for the same groups.
 """
 
-import dataclasses
 
 import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra.work import WorkGrid, build_grid
 from dcpsim.policies.hydra.degrees import allowed_degrees
 from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
-from dcpsim.policies.hydra.work import Pricer
+from dcpsim.policies.hydra.work import Pricer, build_grid
 from dcpsim.traces import get_preset
 
 

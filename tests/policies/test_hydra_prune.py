@@ -10,8 +10,8 @@ import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import create_policy
-from dcpsim.policies.hydra import policy as hydra
 from dcpsim.policies.hydra import placement as hydra_placement
+from dcpsim.policies.hydra import policy as hydra
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
 
@@ -80,7 +80,7 @@ def test_pruning_never_changes_a_plan_and_does_prune(monkeypatch) -> None:
         calls = []
         orig_place = hydra_placement.place
 
-        def spy(**kw):
+        def spy(orig_place=orig_place, calls=calls, **kw):
             out = orig_place(**kw)
             calls.append(out is None)
             return out

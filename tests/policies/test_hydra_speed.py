@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.policies.hydra import policy as hydra_mod
 from dcpsim.policies.hydra import HyDra
-from dcpsim.policies.hydra.work import build_grid
+from dcpsim.policies.hydra import policy as hydra_mod
 from dcpsim.policies.hydra.degrees import allowed_degrees
 from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
-from dcpsim.policies.hydra.work import Pricer
+from dcpsim.policies.hydra.work import Pricer, build_grid
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
 

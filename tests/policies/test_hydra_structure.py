@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.cost_models.constant import ConstantCostModel
 from dcpsim.policies import create_policy

@@ -11,7 +11,6 @@ from dcpsim.cost_models import Calibration, get_gpu
 from dcpsim.experiments.cli import main
 from dcpsim.experiments.replay.fit import fit_runs
 from dcpsim.experiments.replay.validation import SHIPPED_KNOBS, distca_logs
-
 from tests.replay.conftest import DISTCA, MEASURED
 
 FITTED = MEASURED.parent / "calibration_h200_distca.json"

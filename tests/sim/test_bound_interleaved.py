@@ -19,7 +19,8 @@ from tests.sim.test_interleaved import random_plan
 def test_bound_stays_below_random_interleaved_plans(seed, vpp):
     rng = np.random.default_rng(seed)
     plan, batch = random_plan(rng, 4, 4 * int(rng.integers(1, 4)))
-    for cm in (AnalyticCostModel(small_job(pp=4, pool=4, vpp=vpp)), ConstantCostModel(small_job(pp=4, pool=4, vpp=vpp))):
+    for cm in (AnalyticCostModel(small_job(pp=4, pool=4, vpp=vpp)), ConstantCostModel(small_job(pp=4, pool=4,
+                                                                                                vpp=vpp))):
         m = simulate_plan(plan, batch, cm).metrics
         assert 0 < m.bound_s <= m.iteration_time_s * (1 + 1e-9)
 

@@ -207,7 +207,8 @@ def test_compute_decomposes_as_the_proof_assumes(layout, seed, stage) -> None:
 def test_ulysses_floor_is_below_the_exposed_cp_comm(layout, seed, stage) -> None:
     """Assumption U: a group's exposed CP communication (ring + Ulysses all-to-all; the MoE EP all-to-alls have
     fields of their own) per rank is at least ``sim.bound.ulysses_floor`` of its tokens per rank and Ulysses
-    degree, wherever its members sit (random non-contiguous members here); and for a Ulysses-only group (no ring) inside one NVLink domain of a dense
+    degree, wherever its members sit (random non-contiguous members here); and for a Ulysses-only group (no ring)
+    inside one NVLink domain of a dense
     model the floor is its whole CP communication when NVLink is the cheaper link class."""
     job, cm = layout
     s = stage % job.pp
