@@ -32,11 +32,11 @@ Placement (``test_e2e_combined.py``):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from dcpsim.experiments.replay.runlog import Group, Iteration, LogError, RunLog
+from dcpsim.userfile import load_json
 
 K = 1024
 COVERS = ("forward_backward_batch: forward + backward of one microbatch, then the distributed optimizer's step "
@@ -82,12 +82,7 @@ def pad_to_cp(docs: list[int], cp: int) -> list[int]:
 
 def import_distca(path: str | Path, cp: int | None = None) -> RunLog:
     p = Path(path)
-    try:
-        d = json.loads(p.read_text())
-    except OSError as e:
-        raise LogError(f"cannot read DistCA file {p}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise LogError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    d = load_json(p, "DistCA benchmark JSON", error=LogError)
     cfg = d.get("config") if isinstance(d, dict) else None
     if not isinstance(cfg, dict):
         raise LogError(f"{p}: config = {cfg!r} is invalid: expected DistCA's benchmark object with 'config'")

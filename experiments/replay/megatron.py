@@ -19,12 +19,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from dcpsim.experiments.replay.runlog import Group, Iteration, LogError, RunLog
+from dcpsim.userfile import load_json, read_text
 
 GPT2_VOCAB = 50257  # GPT-2 BPE vocabulary (vocab.json of the functional tests' data)
 COVERS = ("Megatron 'elapsed time per iteration': train_step = forward + backward of every microbatch, "
@@ -63,14 +63,8 @@ def _int(args: dict[str, str], key: str, default: int | None, where: str) -> int
 def import_megatron(path: str | Path) -> RunLog:
     p = Path(path)
     cfg_path = p.with_name("model_config.yaml")
-    try:
-        golden = json.loads(p.read_text())
-        args = model_args(cfg_path.read_text())
-    except OSError as e:
-        raise LogError(f"cannot read {e.filename}: {e.strerror} (a golden-values JSON with its "
-                       "model_config.yaml next to it)") from None
-    except json.JSONDecodeError as e:
-        raise LogError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    golden = load_json(p, "golden-values JSON", error=LogError)
+    args = model_args(read_text(cfg_path, "model_config.yaml next to the golden values", error=LogError))
     if "h100" not in p.name:
         raise LogError(f"{p}: file name {p.name!r} names no H100 run; expected golden_values_*h100*.json")
     times = (golden.get("iteration-time") or {}).get("values") if isinstance(golden, dict) else None

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dcpsim.experiments.errors import ScenarioError
+from dcpsim.userfile import read_text
 
 FORMAT = "dcpsim-runlog/1"
 JOB_INTS = ("tp", "pp", "dp", "cp", "ep")
@@ -108,11 +109,7 @@ def write_log(log: RunLog, path: str | Path) -> None:
 
 def read_log(path: str | Path) -> RunLog:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise LogError(f"cannot read run log {p}: {e.strerror}") from None
-    return parse_log(text.splitlines(), str(p))
+    return parse_log(read_text(p, "run log", error=LogError).splitlines(), str(p))
 
 
 def parse_log(lines: Iterable[str], origin: str = "run log") -> RunLog:
