@@ -134,6 +134,7 @@ class Comparison:
     scenario: Scenario
     batches: int
     summaries: tuple[RunSummary, ...]
+    warnings: tuple[str, ...] = ()  # what the run did not do as asked (one line each; also in --json)
 
 
 def compare_policies(sc: Scenario, policies: str | None = None, bars: Bars | None = None,
@@ -145,6 +146,13 @@ def compare_policies(sc: Scenario, policies: str | None = None, bars: Bars | Non
     sc = sc.with_(policies=tuple(s.label for s in specs))
     cost_model = sc.cost_model()
     batches = sc.batches()
+    notes = []
+    if len(batches) < sc.iterations:
+        notes.append(f"the trace {sc.trace} holds {len(batches)} global batch(es): ran {len(batches)} of the "
+                     f"{sc.iterations} iterations asked")
+    for message in notes:
+        if warn:
+            warn(f"warning: {message}")
     summaries = []
     bounds = BoundCache()  # every policy sees the same batches: one bound per batch
     for spec in specs:
@@ -154,4 +162,4 @@ def compare_policies(sc: Scenario, policies: str | None = None, bars: Bars | Non
         message = memory_warning(summaries[-1])
         if message and warn:
             warn(message)
-    return Comparison(sc, len(batches), tuple(summaries))
+    return Comparison(sc, len(batches), tuple(summaries), tuple(notes))

@@ -41,13 +41,23 @@ def run(args: argparse.Namespace) -> int:
     sc = result.scenario
     if args.json:
         results = [(s if args.timings else s.without_timings()).to_dict() for s in result.summaries]
-        print(json.dumps({"scenario": sc.to_dict(), "results": results}, sort_keys=True))
+        doc = {"scenario": sc.to_dict(), "results": results}
+        if result.warnings:  # (only then: outputs that ran as asked stay byte-identical)
+            doc |= {"iterations_run": result.batches, "warnings": list(result.warnings)}
+        print(json.dumps(doc, sort_keys=True))
     else:
         print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
-              f"context {sc.context_len:,}, {sc.global_batch_tokens:,} tokens/batch, trace {sc.trace}, "
+              f"context {sc.context_len:,}, {_batch_size(sc)}, trace {sc.trace}, "
               f"{result.batches} iteration(s), seed {sc.seed}")
         if sc.slow_ranks or sc.stragglers:
             print(f"stragglers: {sc.straggler_spec().describe()} (compute slow-down factors; docs/experiments.md)")
         print(compare_table(result.summaries))
     sys.stdout.flush()
     return 0
+
+
+def _batch_size(sc) -> str:
+    """How the global batches were formed, as the header says it: by sequence count or by the token budget."""
+    if sc.global_batch_seqs:
+        return f"{sc.global_batch_seqs:,} sequences/batch"
+    return f"{sc.global_batch_tokens:,} tokens/batch"
