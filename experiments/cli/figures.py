@@ -14,7 +14,7 @@ Without --scenario each figure uses its shipped scenarios (experiments/scenarios
 every figure uses those, the first as its base. One iteration per point. Progress lines go to stderr.
 
 Examples:
-  dcpsim figures -o figs                        # every figure, shipped scenarios (a few minutes)
+  dcpsim figures -o figs                        # every figure, shipped scenarios (about 40 s on 2 cores)
   dcpsim figures --only a,e --quick -o figs     # two figures on smaller grids
   dcpsim figures --scenario my.toml -o figs     # every figure on my scenario
 """
