@@ -150,9 +150,9 @@ def compare_policies(sc: Scenario, policies: str | None = None, bars: Bars | Non
     if len(batches) < sc.iterations:
         notes.append(f"the trace {sc.trace} holds {len(batches)} global batch(es): ran {len(batches)} of the "
                      f"{sc.iterations} iterations asked")
-    for message in notes:
+    for note in notes:
         if warn:
-            warn(f"warning: {message}")
+            warn(f"warning: {note}")
     summaries = []
     bounds = BoundCache()  # every policy sees the same batches: one bound per batch
     for spec in specs:

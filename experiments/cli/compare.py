@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     sc = result.scenario
     if args.json:
         results = [(s if args.timings else s.without_timings()).to_dict() for s in result.summaries]
-        doc = {"scenario": sc.to_dict(), "results": results}
+        doc: dict[str, object] = {"scenario": sc.to_dict(), "results": results}
         if result.warnings:  # (only then: outputs that ran as asked stay byte-identical)
             doc |= {"iterations_run": result.batches, "warnings": list(result.warnings)}
         print(json.dumps(doc, sort_keys=True))
