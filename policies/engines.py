@@ -11,7 +11,6 @@ import numpy as np
 from dcpsim.cost_models.base import CostModel, GroupBatch
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.cost_models.ulysses import ulysses_degrees as job_ulysses_degrees
-from dcpsim.cost_models.ulysses import ulysses_degrees_of  # noqa: F401 (policies.hydra_options imports it from here)
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.flatten import flatten, repeat_groups
 from dcpsim.policies.plan import Engine, Microbatch, Plan

@@ -35,8 +35,8 @@ import numpy as np
 import simpy
 
 from dcpsim.cost_models.base import CostModel
+from dcpsim.policies.flatten import FlatPlan
 from dcpsim.policies.pipeline_order import interleaved_group_size, rank_position
-from dcpsim.sim.flatten import FlatPlan
 
 
 class SimulationError(RuntimeError):

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dcpsim.cost_models.base import CostModel
+from dcpsim.policies.flatten import FlatPlan, flatten
 from dcpsim.policies.pipeline_order import rank_position
 from dcpsim.policies.plan import Plan
 from dcpsim.sim.bound import MEMORY_SLACK, Bound, BoundCache, iteration_bound
 from dcpsim.sim.engine import OpTimes, execute
-from dcpsim.sim.flatten import FlatPlan, flatten
 from dcpsim.sim.metrics import Metrics, compute_metrics
 from dcpsim.sim.timeline import Timeline
 

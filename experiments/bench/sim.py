@@ -31,9 +31,9 @@ from typing import TypeVar
 
 from dcpsim.experiments.runner import PolicySpec, build_policy
 from dcpsim.experiments.scenario.files import load_scenario
+from dcpsim.policies.flatten import flatten
 from dcpsim.policies.registry import available_policies
 from dcpsim.sim.engine import execute
-from dcpsim.sim.flatten import flatten
 from dcpsim.sim.simulate import simulate_plan
 
 DEFAULT_SCENARIOS = ("h100-512-256k", "prod-2048-256k", "prod-11264-256k")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dcpsim.cost_models.specs import JobSpec
-from dcpsim.policies.engines import ulysses_degrees_of
+from dcpsim.cost_models.ulysses import ulysses_degrees
 from dcpsim.policies.errors import PolicyError
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def engine_options(size: int, cp_engine: str, job: JobSpec) -> tuple[int, ...]:
     size = int(size)
     if size == 1 or cp_engine == "ring":
         return (1,)
-    us = ulysses_degrees_of(size, job.kv_heads_per_rank, max(1, job.gpu.nvlink_domain // job.tp))
+    us = ulysses_degrees(job, size)
     if cp_engine == "ulysses":
         return (size,) if size in us else ()
     if cp_engine == "hybrid":

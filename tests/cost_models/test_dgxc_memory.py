@@ -99,7 +99,7 @@ def test_in_flight_depth_is_the_schedules(row_id):
 
     from dcpsim.cost_models.memory import in_flight
     from dcpsim.policies import create_policy
-    from dcpsim.sim.flatten import flatten
+    from dcpsim.policies.flatten import flatten
     from dcpsim.sim.simulate import peak_tokens_in_flight
     from dcpsim.traces.batching import GlobalBatch
 

@@ -19,8 +19,8 @@ from dcpsim.cost_models.topology import collective_nics, domain_of, fewest_ranks
 from dcpsim.policies import CPGroup, Engine, make_plan
 from dcpsim.policies.engines import engine_for, ulysses_degrees
 from dcpsim.policies.errors import PolicyError
+from dcpsim.policies.flatten import flatten
 from dcpsim.sim.engine import _op_costs
-from dcpsim.sim.flatten import flatten
 from dcpsim.traces.batching import GlobalBatch
 
 LINKS = CostTerms.parse("legacy,+links")  # only the links term on: the hand values below isolate it

@@ -10,7 +10,7 @@ import pytest
 
 from dcpsim.cost_models import JobSpec, get_gpu, get_model
 from dcpsim.cost_models.presets import GPUS, MODELS
-from dcpsim.cost_models.ulysses import domain_ranks, ulysses_degrees, ulysses_problem
+from dcpsim.cost_models.ulysses import domain_ranks, ulysses_degrees, ulysses_degrees_of, ulysses_problem
 from dcpsim.policies import CPGroup, engines, make_plan
 from dcpsim.policies.errors import PlanError
 from dcpsim.policies.validate import validate_plan
@@ -50,7 +50,7 @@ def test_planners_bound_and_validator_share_it(tp, gpu):
     for size in range(1, 65):
         offered, valid = ulysses_degrees(job, size), ulysses_degrees(job, size, within_domain=False)
         assert engines.ulysses_degrees(size, job) == list(offered)
-        assert engines.ulysses_degrees_of(size, job.kv_heads_per_rank, domain_ranks(job)) == offered
+        assert ulysses_degrees_of(size, job.kv_heads_per_rank, domain_ranks(job)) == offered
         assert set(offered) <= set(valid) <= set(ulysses_options(job))
         assert offered == tuple(u for u in valid if u <= domain_ranks(job))
         for u in (u for u in range(1, size + 1) if size % u == 0):

@@ -93,8 +93,8 @@ def test_memory_floor_raises_degrees_and_infeasible_is_one_error() -> None:
 
 def test_engine_sync_end_is_the_reported_iteration_time() -> None:
     # The property test reads the engine's last sync end instead of building metrics; they must agree.
+    from dcpsim.policies.flatten import flatten
     from dcpsim.sim.engine import execute
-    from dcpsim.sim.flatten import flatten
     cm = _cm(pp=2, pool=2, pp_s=1e-4, grad_sync=0.01)
     batch = GlobalBatch.of([300, 200, 100])
     plan = make_plan("hand", 2, [[CPGroup((0, 1), (0,), Engine.for_size("ring", 2))],

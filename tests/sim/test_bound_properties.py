@@ -17,10 +17,10 @@ from dcpsim.cost_models.base import GroupBatch
 from dcpsim.cost_models.stragglers import Stragglers
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.policies import PolicyError, available_policies, create_policy, validate_plan
+from dcpsim.policies.flatten import flatten
 from dcpsim.policies.plan import CPGroup, Engine, make_plan
 from dcpsim.sim.bound import iteration_bound, ulysses_floor, ulysses_options
 from dcpsim.sim.engine import execute
-from dcpsim.sim.flatten import flatten
 from dcpsim.traces.batching import GlobalBatch
 
 REL = 1e-9  # float rounding of the simulator's sums

@@ -92,8 +92,8 @@ def test_same_time_event_order_is_pinned():
     which their last dependency finished. Here four independent single-rank groups start at t = 0 in rank
     order, then their backwards in the order their forwards were scheduled."""
     plan = make_plan("t", 4, [[CPGroup((r,), (r,), Engine()) for r in (2, 0, 3, 1)]])
+    from dcpsim.policies.flatten import flatten
     from dcpsim.sim.engine import execute
-    from dcpsim.sim.flatten import flatten
     batch = GlobalBatch.of([1000] * 4)
     ot = execute(flatten(plan, batch), constant_model(pool=4), 1)
     # op index = group*2 + phase; groups listed in plan order (ranks 2, 0, 3, 1)
@@ -111,7 +111,7 @@ def test_ranks_skip_microbatches_they_are_not_in():
 
 
 def test_peak_memory_counts_in_flight_microbatches():
-    from dcpsim.sim.flatten import flatten
+    from dcpsim.policies.flatten import flatten
     from dcpsim.sim.simulate import peak_tokens_in_flight
     plan, batch = uniform_plan(2, 6)
     peak = peak_tokens_in_flight(flatten(plan, batch), 4)

@@ -21,9 +21,9 @@ from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, get_model
 from dcpsim.cost_models.errors import SpecError
 from dcpsim.policies import CPGroup, Engine, make_plan
 from dcpsim.policies.errors import PlanError
+from dcpsim.policies.flatten import flatten
 from dcpsim.policies.pipeline_order import interleaved_group_size, rank_order, schedule_table
 from dcpsim.sim.engine import _op_costs, execute
-from dcpsim.sim.flatten import flatten
 from dcpsim.sim.simulate import peak_tokens_in_flight, simulate_plan
 from dcpsim.traces.batching import GlobalBatch
 from tests.conftest import small_job
