@@ -31,7 +31,7 @@ import numpy as np
 from dcpsim.cost_models import dp_overlap, moe
 from dcpsim.cost_models.base import GroupBatch
 from dcpsim.cost_models.calibration import Calibration, collective_terms
-from dcpsim.cost_models.memory import stage_params
+from dcpsim.cost_models.memory import stage_params, state_bytes_per_param
 from dcpsim.cost_models.specs import JobSpec
 from dcpsim.cost_models.terms import CostTerms
 from dcpsim.cost_models.topology import (
@@ -213,21 +213,27 @@ class AnalyticCommunication:
                         nv.seconds("send_recv", nbytes, 2))
 
     def grad_sync_s(self, stage: int) -> float:
-        """Reduce-scatter of bf16 gradients and all-gather of bf16 parameters over the pool (distributed
-        optimizer), per GPU of the stage's TP shard."""
+        """Reduce-scatter of the gradients and all-gather of the bf16 parameters over the pool (distributed
+        optimizer), per GPU of the stage's TP shard. The gradients travel in their buffer's dtype: fp32 where
+        Megatron-LM accumulates and reduces them in fp32 (its behaviour with --bf16 unless
+        --grad-reduce-in-bf16: megatron/training/arguments.py, "bfloat16 requires gradient accumulation and
+        all-reduce to be done in fp32"; the buffer's dtype is the reduce-scatter's,
+        megatron/core/distributed/param_and_grad_buffer.py), bf16 with ``job.grad_reduce_in_fp32`` off (and with
+        ``terms.grad_dtype`` off, the first version)."""
         job = self.job
         experts = moe.stage_expert_params(job, stage) if job.model.is_moe else 0  # synced over EDP instead
-        nbytes = (stage_params(job, stage) - experts) / job.tp * BF16_BYTES
+        params = (stage_params(job, stage) - experts) / job.tp
+        grad_bytes = state_bytes_per_param(job)[1] if self.terms.grad_dtype else BF16_BYTES  # off: the first version
         link = "network" if bool(spans_nodes(job, stage, 0, job.pool)) else "nvlink"
-        rs = self._collective_s("reduce_scatter", link, nbytes, stage, 0, job.pool)
-        ag = self._collective_s("all_gather", link, nbytes, stage, 0, job.pool)
+        rs = self._collective_s("reduce_scatter", link, params * grad_bytes, stage, 0, job.pool)
+        ag = self._collective_s("all_gather", link, params * BF16_BYTES, stage, 0, job.pool)
         if self.terms.dp_overlap:  # --overlap-grad-reduce / --overlap-param-gather (cost_models.dp_overlap)
             rs_x, ag_x = dp_overlap.exposed_fractions(job, stage_params(job, stage) / job.tp)
             rs, ag = rs * rs_x, ag * ag_x
         else:
             rs_x = ag_x = 1.0
         if experts:
-            return float(rs + ag) + moe.grad_sync_expert_s(job, self._cal, stage, link, rs_x, ag_x)
+            return float(rs + ag) + moe.grad_sync_expert_s(job, self._cal, stage, link, rs_x, ag_x, grad_bytes)
         return float(rs + ag)
 
     def _collective_s(self, op: str, link: str, nbytes: float, stage: int, first: int, size: int) -> float:

@@ -219,12 +219,13 @@ def moe_extra_activation_bytes(job: JobSpec, stage: int) -> float:
 
 
 def grad_sync_expert_s(job: JobSpec, cal: Calibration, stage: int, link: str, rs_exposed: float = 1.0,
-                       ag_exposed: float = 1.0) -> float:
-    """Reduce-scatter of bf16 expert gradients and all-gather of bf16 expert parameters over the EDP group
-    (pool / ep ranks), per GPU: its P_e / (t · ep) expert parameters; the ``_exposed`` shares of each left
-    exposed by DP overlap (cost_models.dp_overlap)."""
-    nbytes = stage_expert_params(job, stage) / (job.tp * job.ep) * BF16_BYTES
+                       ag_exposed: float = 1.0, grad_bytes: float = 2 * BF16_BYTES) -> float:
+    """Reduce-scatter of the expert gradients (``grad_bytes`` per parameter: the gradient buffer's dtype, fp32
+    by default as in Megatron-LM with --bf16; cost_models.analytic_comm) and all-gather of the bf16 expert
+    parameters over the EDP group (pool / ep ranks), per GPU: its P_e / (t · ep) expert parameters; the
+    ``_exposed`` shares of each left exposed by DP overlap (cost_models.dp_overlap)."""
+    params = stage_expert_params(job, stage) / (job.tp * job.ep)
     edp = job.pool // job.ep
-    rs = cal.link("reduce_scatter", link).seconds("reduce_scatter", nbytes, edp)
-    ag = cal.link("all_gather", link).seconds("all_gather", nbytes, edp)
+    rs = cal.link("reduce_scatter", link).seconds("reduce_scatter", params * grad_bytes, edp)
+    ag = cal.link("all_gather", link).seconds("all_gather", params * BF16_BYTES, edp)
     return float(rs * rs_exposed + ag * ag_exposed)

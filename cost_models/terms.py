@@ -29,6 +29,7 @@ class CostTerms:
     kernels: bool = True  # memory-bound operators (norms, RoPE, activation, residuals) at HBM bandwidth
     recompute: bool = True  # the job's activation recompute (Megatron --recompute-*) in time and memory
     dp_overlap: bool = True  # the job's --overlap-grad-reduce / --overlap-param-gather hide DP collectives
+    grad_dtype: bool = True  # the DP reduce-scatter moves the gradient buffer's dtype (fp32 by default), not bf16
 
     @staticmethod
     def names() -> list[str]:

@@ -169,13 +169,14 @@ def test_member_lists_of_contiguous_groups_price_as_before():
 
 
 # ---- NICs in use: the gradient sync -------------------------------------------------------------------------
-def grad_sync_hand(job: JobSpec, busbw_gbs: float) -> float:
+def grad_sync_hand(job: JobSpec, busbw_gbs: float, grad_bytes: float = 2.0) -> float:
     """Reduce-scatter + all-gather over the W ranks, ring over the network: base + (W−1)·hop + bytes·(W−1)/W
-    / busbw each, bytes = the stage's bf16 parameters on one GPU of the TP group."""
+    / busbw each, bytes = the stage's parameters on one GPU of the TP group × ``grad_bytes`` for the
+    reduce-scatter (2: bf16, the terms here; 4 with ``grad_dtype``: fp32, Megatron's default with --bf16),
+    × 2 (bf16 weights) for the all-gather."""
     W = job.pool
-    nbytes = stage_params(job, 0) / job.tp * 2
-    one = BASE + (W - 1) * NET_HOP + nbytes * (W - 1) / W / (busbw_gbs * 1e9)
-    return 2 * one
+    params = stage_params(job, 0) / job.tp
+    return sum(BASE + (W - 1) * NET_HOP + params * b * (W - 1) / W / (busbw_gbs * 1e9) for b in (grad_bytes, 2.0))
 
 
 def test_grad_sync_across_nodes_uses_the_nics_of_the_ranks_per_node():
@@ -185,6 +186,17 @@ def test_grad_sync_across_nodes_uses_the_nics_of_the_ranks_per_node():
     assert fewest_ranks_per_domain(job, 0, 0, 8) == 4 and collective_nics(job, 4) == 4.0
     assert model(job).grad_sync_s(0) == pytest.approx(grad_sync_hand(job, 188.0), rel=1e-12)
     assert model(job, LEGACY).grad_sync_s(0) == pytest.approx(grad_sync_hand(job, 47.0), rel=1e-12)
+
+
+def test_fp32_gradients_double_the_reduce_scatter_bytes():
+    """With ``grad_dtype`` the reduce-scatter moves the fp32 gradient buffer (4 B/param; Megatron-LM with
+    --bf16); with ``grad_reduce_in_fp32`` off (NeMo's recipes) it moves bf16, as the first version did."""
+    from dataclasses import replace
+    job = JobSpec(get_model("llama3-8b"), get_gpu("h100"), tp=2, pp=1, pool=8)
+    fp32 = CostTerms.parse("legacy,+links,+grad_dtype")
+    assert model(job, fp32).grad_sync_s(0) == pytest.approx(grad_sync_hand(job, 188.0, 4.0), rel=1e-12)
+    bf16_job = replace(job, grad_reduce_in_fp32=False)
+    assert model(bf16_job, fp32).grad_sync_s(0) == pytest.approx(grad_sync_hand(job, 188.0), rel=1e-12)
 
 
 def test_fewer_nics_per_node_share_them():
