@@ -213,7 +213,13 @@ class AnalyticCostModel(AnalyticCommunication):
             # MoE: EP dispatch/combine all-to-alls (cost_models.moe), their own fields (sim: comm kind "ep").
             ep_f, ep_b = moe.ep_comm_s(job, cal, tpr, stage, first_rank, self._p2p_bytes_scale(),
                                        by_destination=self.terms.links)
-            bwd = bwd + moe.recompute_bwd_s(job, cal, tpr, stage)
+            # A layer that full recompute re-runs whole re-runs its MoE part once (in _core's share of the
+            # forward), whatever job.moe_recompute says: the MoE-only recompute applies to the other layers,
+            # and the re-run forward dispatches again (ep_comm_s doubles the backward for moe_recompute only).
+            full = recompute.recomputed_fraction(job) if self.terms.recompute and job.recompute == "full" else 0.0
+            bwd = bwd + (1.0 - full) * moe.recompute_bwd_s(job, cal, tpr, stage)
+            if full and not job.moe_recompute:
+                ep_b = ep_b + full * ep_f
         return fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b
 
     def attention_curves(self) -> tuple[SaturatingCurve, SaturatingCurve, str]:

@@ -109,3 +109,18 @@ def test_cli_flags_reach_the_job_and_cost_prints_the_breakdown(capsys):
     (stage,) = json.loads(capsys.readouterr().out)
     assert stage["weights_gb"] == pytest.approx(2 * 8.03,
                                                 rel=0.01) and stage["gradients_gb"] == pytest.approx(4 * 8.03, rel=0.01)
+
+
+def test_full_recompute_reruns_a_moe_layer_once():
+    """Full recompute of every layer re-runs each MoE layer's forward once, router, experts and their
+    dispatch included, so Megatron-Core's MoE-only recompute (``moe_recompute``) adds nothing on top; with
+    block recompute the MoE-only recompute still applies to the layers kept whole."""
+    moe_job = {"model": get_model("qwen3-30b-a3b"), "tp": 1, "pp": 1, "pool": 8, "ep": 8}
+    full = [costs(job(recompute="full", moe_recompute=mr, **moe_job)) for mr in (True, False)]
+    for field in ("bwd_compute_s", "bwd_ep_comm_s"):
+        assert getattr(full[0], field)[0] == pytest.approx(getattr(full[1], field)[0], rel=1e-12)
+    none = costs(job(moe_recompute=False, **moe_job))
+    assert full[1].bwd_ep_comm_s[0] == pytest.approx(2 * none.fwd_ep_comm_s[0], rel=1e-12)  # one dispatch re-run
+    block = [costs(job(recompute="full", recompute_method="block", recompute_layers=4, moe_recompute=mr,
+                       **moe_job)) for mr in (True, False)]
+    assert block[0].bwd_compute_s[0] > block[1].bwd_compute_s[0]
