@@ -356,21 +356,34 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
     cal = Calibration(name=name, attn_fwd=fwd, attn_bwd=bwd, gemm=gemm, comm=dict(sorted(comm.items())),
                       source=src, **{f: getattr(base, f) for f in FIXED_FIELDS})
     backends = dict(base.attention)
+    fitted_backends: dict[str, AttentionCurves] = {}
     if d is not None:
         mine = {(k[0], k[1], k[2]): c for k, c in groups.items() if k[3] == d}
         fb = profile[(profile["op"] == FWD_BWD_OP) & (profile["head_dim"] == d)]
         fwd_bwd = {(str(k), int(c)): (row_size(g), row_flops(g) / (1 + ATTENTION_BWD_FACTOR),
                                       g["seconds"].to_numpy(np.float64))
                    for (k, c), g in fb.groupby(["kernel", "causal"], sort=True)}
-        backends.update(fit_backends(mine, {(k[0], k[1], k[2]): np.unique(row_size(rows[k]))
-                                            for k in groups if k[3] == d}, fwd_bwd))
+        fitted_backends = fit_backends(mine, {(k[0], k[1], k[2]): np.unique(row_size(rows[k]))
+                                              for k in groups if k[3] == d}, fwd_bwd)
+        backends.update(fitted_backends)
     cal = replace(cal, attention=dict(sorted(backends.items())))
     profiled = {backend_of_kernel(k[0]) for k in groups}
     for backend, ac in sorted(backends.items()):
-        derived_names = ", ".join(ac.derived) or "none"
-        terms.append(OpFit(f"attention:{backend}", "fitted" if backend in profiled else "base",
-                           {"peak_tflops": ac.fwd_causal.peak_tflops, "half": ac.fwd_causal.half},
-                           note=f"causal forward of kernel {ac.kernel} d{d}; derived: {derived_names}"))
+        params = {"peak_tflops": ac.fwd_causal.peak_tflops, "half": ac.fwd_causal.half}
+        if backend in fitted_backends:   # what was written: the fitted curves, or the base's where none fit
+            note = f"causal forward of kernel {ac.kernel} d{d}; derived: {', '.join(ac.derived) or 'none'}"
+            terms.append(OpFit(f"attention:{backend}", "fitted", params, note=note))
+        else:
+            why = (f"the profile's rows do not give all four curves (causal forward, and a full forward and "
+                   f"backward to derive from); from {base.name}" if backend in profiled
+                   else f"not profiled; from {base.name}")
+            terms.append(OpFit(f"attention:{backend}", "base", params, note=why))
+    for t in terms:
+        g = {"attn_fwd": rows.get(kfc), "attn_bwd": rows.get(kbc), "gemm": g_rows}.get(t.key)
+        if t.how == "fitted" and g is not None and np.unique(row_size(g)).size < 2:
+            warnings.append(f"{t.key}: {t.rows} profile row(s) at one size fix only the peak "
+                            f"({t.params['peak_tflops']:g} TFLOP/s); the half-saturation size is set to 0 "
+                            f"(no slowdown of small calls): profile at least two sizes")
     cal, layer_terms = fit_layer_overhead(profile, cal)
     cal, ring_terms = fit_ring_overhead(profile, cal)
     layer_terms = layer_terms + ring_terms
