@@ -191,7 +191,6 @@ SUBSTITUTE = {
     "dcpsim figures -o figs/": ("dcpsim figures --quick --only a -o figs/", FIGS),
     "dcpsim figures -o figs": ("dcpsim figures --quick --only a -o figs", FIGS),
     "time dcpsim figures -o figs": ("time dcpsim figures --quick --only a -o figs", FIGS),
-    "dcpsim figures -o /tmp/figs": ("dcpsim figures --quick --only a -o figs", FIGS),
     "dcpsim figures --scenario my.toml -o figs": ("dcpsim figures --scenario my.toml --quick --only a -o figs",
                                                   FIGS),
     "dcpsim figures --policies mcore-dcp,mcore-dcp:cp_engine=hybrid,hydra -o figs": (
