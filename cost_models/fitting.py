@@ -290,8 +290,10 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
     terms: list[OpFit] = []
     fwd, bwd = base.attn_fwd, base.attn_bwd
     kfc, kbc = (kernel, "attn_fwd", 1, d), (kernel, "attn_bwd", 1, d)
+    fitted_rows: dict[str, pd.DataFrame] = {}  # the rows of each fitted curve term (checked below for one size)
     if kfc in groups:
         fwd = groups[kfc]
+        fitted_rows["attn_fwd"] = rows[kfc]
         terms.append(_curve_term("attn_fwd", rows[kfc], fwd, "fitted", f"{kernel} causal d{d}"))
     else:
         terms.append(OpFit("attn_fwd", "base", {"peak_tflops": fwd.peak_tflops, "half": fwd.half},
@@ -300,6 +302,7 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
                if kernel and d is not None else None)
     if kbc in groups:
         bwd = groups[kbc]
+        fitted_rows["attn_bwd"] = rows[kbc]
         terms.append(_curve_term("attn_bwd", rows[kbc], bwd, "fitted", f"{kernel} causal d{d}"))
     elif derived is not None:
         bwd = derived
@@ -315,6 +318,7 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
     g_rows = profile[profile["op"] == "gemm"]
     if len(g_rows):
         gemm = _fit_rows(g_rows)
+        fitted_rows["gemm"] = g_rows
         terms.append(_curve_term("gemm", g_rows, gemm, "fitted"))
     else:
         terms.append(OpFit("gemm", "base", {"peak_tflops": gemm.peak_tflops, "half": gemm.half},
@@ -379,7 +383,7 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
                    else f"not profiled; from {base.name}")
             terms.append(OpFit(f"attention:{backend}", "base", params, note=why))
     for t in terms:
-        g = {"attn_fwd": rows.get(kfc), "attn_bwd": rows.get(kbc), "gemm": g_rows}.get(t.key)
+        g = fitted_rows.get(t.key)
         if t.how == "fitted" and g is not None and np.unique(row_size(g)).size < 2:
             warnings.append(f"{t.key}: {t.rows} profile row(s) at one size fix only the peak "
                             f"({t.params['peak_tflops']:g} TFLOP/s); the half-saturation size is set to 0 "
