@@ -25,6 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
+try:  # run by a Python without dcpsim (the system one): one line saying which to use, not a traceback
+    import dcpsim  # noqa: F401
+except ModuleNotFoundError:
+    print(f"{sys.argv[0]}: dcpsim is not installed for {sys.executable}; run it with the venv's Python: "
+          f".venv/bin/python {sys.argv[0]}", file=sys.stderr)
+    sys.exit(2)
+
 from dcpsim.experiments.sweep.driver import run_sweep
 from dcpsim.experiments.sweep.grid import load_sweep
 

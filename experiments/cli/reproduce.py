@@ -58,8 +58,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"cases": [c.to_dict() for c in cases], "out_of_tolerance": len(bad)}, sort_keys=True))
         return 1 if bad else 0
     g = lambda v: f"{v:.4g}"
-    rows = [[c.suite, c.case, g(c.predicted), g(c.measured), f"{c.error:+.1%}", f"{c.tolerance:.0%}",
-             "ok" if c.ok else "OUT"] for c in cases]
+    measured = lambda c: f"{g(c.measured_range[0])}–{g(c.measured_range[1])}" if c.measured_range else g(c.measured)
+    rows = [[c.suite, c.case, g(c.predicted), measured(c), "within range" if c.in_range else f"{c.error:+.1%}",
+             f"{c.tolerance:.0%}", "ok" if c.ok else "OUT"] for c in cases]
     print(format_table(rows, ["suite", "case", "predicted", "measured", "error", "tolerance", ""]))
     for s in suite_summaries(cases):
         print(f"{s['suite']}: {s['cases']} cases, median |error| {s['median_abs_error']:.1%}, "

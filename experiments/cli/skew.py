@@ -1,8 +1,9 @@
 """Per-rank tokens against per-rank compute time, for every microbatch: the load skew of a policy.
 
-For each policy, prints each microbatch's per-rank token and time ranges (stage 0), the largest time ratio
-between two rank-microbatches whose token counts are within ±10% of each other, and writes a PNG scatter of
-(tokens, compute time) per rank-microbatch, one panel per policy.
+For each policy, prints its microbatch count, pipeline and DP bubbles and largest microbatch skew, the largest
+time ratio between two rank-microbatches whose token counts are within ±10% of each other, and writes a PNG
+scatter of (tokens, compute time) per rank-microbatch, one panel per policy. With --per-microbatch it also
+prints, per microbatch, the per-rank token and time ranges of stage 0 and their skew.
 
 Examples:
   dcpsim skew                                   # mcore-dcp and hydra on the default scenario → skew.png
@@ -24,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", default="mcore-dcp,hydra", metavar="A,B,...",
                    help="policies to show (default mcore-dcp,hydra)")
     p.add_argument("-o", "--output", default="skew.png", metavar="PNG", help="the scatter plot (default skew.png)")
-    p.add_argument("--per-microbatch", action="store_true", help="print one row per microbatch")
+    p.add_argument("--per-microbatch", action="store_true",
+                   help="also print one row per microbatch (stage 0): token and time ranges, skew")
     add_scenario_arguments(p)
 
 
