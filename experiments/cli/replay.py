@@ -14,8 +14,8 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import math
+from typing import Any
 
 NAME = "replay"
 HELP = "replay measured iterations with their exact placement; predicted vs measured time"
@@ -38,6 +38,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dcpsim.experiments.output.write import Outputs, dumps_json
+
+    inputs = {f"log {p}": p for p in args.logs} | {"--calibration": args.calibration}
+    with Outputs({"--plot": args.plot}, inputs, images=("--plot",)) as outs:  # checked before the replay
+        return _replay(args, outs, dumps_json)
+
+
+def _replay(args: argparse.Namespace, outs: Any, dumps_json: Any) -> int:
     from dcpsim.cost_models import Calibration
     from dcpsim.experiments.replay.replay import check_log, cost_model_of, replay_with
     from dcpsim.experiments.replay.sources import load_runs
@@ -59,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from dcpsim.experiments.replay.plot import write_scatter
 
-        write_scatter(args.plot, rows, overall)
+        with outs.writing("--plot") as tmp:
+            write_scatter(str(tmp), rows, overall)
     if args.json:
         out = overall.to_dict() | {
             "calibration": cost_model_of(logs[0], cal).cal.name,
@@ -69,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                             "dp_comm_s": r.dp_comm_s} for ds, r in rows],
             "worst": [{"dataset": rows[i][0], "step": rows[i][1].step, "error": rows[i][1].error, "terms_s": t}
                       for i, t in zip(worst, terms)]}
-        print(json.dumps(_finite(out), sort_keys=True))
+        print(dumps_json(_finite(out), "--json", sort_keys=True))
         return 0
     from dcpsim.experiments.output.tables import format_table
 

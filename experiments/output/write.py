@@ -33,8 +33,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import numpy as np
-
 from dcpsim.experiments.errors import OutputError
 
 # The image formats matplotlib's Agg canvas writes without optional packages
@@ -211,14 +209,16 @@ def write_text(path: PathLike, text: str, option: str = "output",
 
 def nonfinite_field(obj: Any, where: str = "") -> str | None:
     """The first field of a JSON-like document holding NaN or ±Infinity (``results[0].mfu = nan``), or None."""
-    if isinstance(obj, float | np.floating):
-        return None if math.isfinite(float(obj)) else f"{where or 'the value'} = {float(obj)}"
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else f"{where or 'the value'} = {obj}"
+    if hasattr(obj, "tolist") and not isinstance(obj, str | bytes):  # a numpy scalar or array
+        return nonfinite_field(obj.tolist(), where)
     if isinstance(obj, Mapping):
         for k, v in obj.items():
             found = nonfinite_field(v, f"{where}.{k}" if where else str(k))
             if found:
                 return found
-    elif isinstance(obj, list | tuple | np.ndarray):
+    elif isinstance(obj, list | tuple):
         for i, v in enumerate(obj):
             found = nonfinite_field(v, f"{where}[{i}]")
             if found:
@@ -227,10 +227,10 @@ def nonfinite_field(obj: Any, where: str = "") -> str | None:
 
 
 def _default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, tuple | set | np.ndarray):
-        return list(o.tolist() if isinstance(o, np.ndarray) else o)
+    if hasattr(o, "tolist"):  # a numpy scalar or array (numpy is not imported here: 'dcpsim --help' stays fast)
+        return o.tolist()
+    if isinstance(o, set):
+        return sorted(o)
     raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
 
