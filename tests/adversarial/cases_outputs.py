@@ -14,6 +14,10 @@ PROFILE = (Path(__file__).resolve().parents[2] / "cost_models" / "data" / "profi
 SIM = ("simulate", "--policy", "static-cp", "--global-batch-tokens", "1048576", "--no-progress")
 TRACE = b"length\n1000\n2000\n3000\n"
 OLD = b"an earlier output\n"
+SWEEP = 'base = "default"\nseeds = [0]\n[grid]\npool = [64]\n'
+OTHER_SWEEP = b'{"source": "old.toml", "points": 4, "definition": "0123abcd"}'
+HUGE = ('base = "default"\nseeds = ' + str(list(range(1000))) + "\n[grid]\npool = " + str(list(range(1, 101)))
+        + "\nmax_tokens_per_rank = " + str(list(range(1024, 1124))) + "\n")
 
 
 def _symlink(target: str) -> object:
@@ -73,4 +77,13 @@ CASES = [
          "--plot hist: unknown image extension none", files={"t.csv": TRACE.decode()}),
     Case("out-trace-plot-onto-the-trace", ("trace", "t.png", "--plot", "t.png"),
          "--plot t.png: that is the command's input (trace)", keep={"t.png": TRACE}),
+    Case("out-sweep-into-another-sweeps-directory", ("sweep", "g.toml", "-o", "out", "--no-progress"),
+         "-o out: holds the results of another sweep (old.toml, 4 points)",
+         files={"g.toml": SWEEP, "out/sweep.json": OTHER_SWEEP.decode()},
+         keep={"out/sweep.json": OTHER_SWEEP}),
+    Case("out-sweep-directory-is-a-file", ("sweep", "g.toml", "-o", "out", "--no-progress"),
+         "-o out: is a file, not a directory", files={"g.toml": SWEEP}, keep={"out": OLD}),
+    Case("out-sweep-huge-grid", ("sweep", "g.toml", "-o", "out", "--no-progress"),
+         "10,000,000 points x 3 policies = 30,000,000 tasks is above the limit of 100,000 tasks",
+         files={"g.toml": HUGE}),
 ]
