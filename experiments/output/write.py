@@ -226,6 +226,20 @@ def nonfinite_field(obj: Any, where: str = "") -> str | None:
     return None
 
 
+def nulls_for_nonfinite(obj: Any) -> Any:
+    """A copy of a JSON-like document with every NaN or ±Infinity as None (JSON ``null``): for the documents
+    whose non-finite numbers mean "no value" (no noise estimate from one round, no error of an unfitted term)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: nulls_for_nonfinite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [nulls_for_nonfinite(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, str | bytes):
+        return nulls_for_nonfinite(obj.tolist())
+    return obj
+
+
 def _default(o: Any) -> Any:
     if hasattr(o, "tolist"):  # a numpy scalar or array (numpy is not imported here: 'dcpsim --help' stays fast)
         return o.tolist()

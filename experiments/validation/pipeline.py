@@ -4,7 +4,6 @@ with every policy, run the same plans for real and compare (:func:`run_validatio
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.output.write import atomic_path, write_text
+from dcpsim.experiments.output.write import atomic_path, dumps_json, nulls_for_nonfinite, write_text
 from dcpsim.experiments.validation.settings import ValidateSettings
 
 if TYPE_CHECKING:  # pandas loads in the functions: 'dcpsim --help' stays fast
@@ -207,8 +206,9 @@ def _run(settings: ValidateSettings, say: Say) -> dict[str, Any]:
 
 
 def document_json(doc: dict[str, Any]) -> str:
-    """The document as one line of JSON (what validate.json holds and --json prints)."""
-    return json.dumps(doc, sort_keys=True, default=float)
+    """The document as one line of JSON (what validate.json holds and --json prints); a NaN in the document
+    (no noise estimate from one round, no error of an unfitted term) is ``null``: JSON has no NaN."""
+    return dumps_json(nulls_for_nonfinite(doc), "validate.json", sort_keys=True, default=float)
 
 
 def _round_label(label: str, j: int, rounds: int) -> str:

@@ -128,3 +128,12 @@ def test_write_text_refuses_an_input(tmp_path):
     with pytest.raises(OutputError, match="that is the command's input"):
         write_text(tmp_path / "in.csv", "x", "-o", inputs={"trace": tmp_path / "in.csv"})
     assert (tmp_path / "in.csv").read_text() == "length\n1\n"
+
+
+def test_no_value_is_null_where_a_document_means_it():
+    from dcpsim.experiments.output.write import nulls_for_nonfinite
+
+    doc = {"spread": {"a": float("nan"), "b": 0.02}, "x": [1.0, float("inf")], "n": 3}
+    assert dumps_json(nulls_for_nonfinite(doc), "out", sort_keys=True) == \
+        '{"n": 3, "spread": {"a": null, "b": 0.02}, "x": [1.0, null]}'
+    assert doc["spread"]["a"] != doc["spread"]["a"]  # the document itself is left as it was
