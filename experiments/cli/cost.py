@@ -17,9 +17,9 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 
 from dcpsim.experiments.cli.args import positive_int
+from dcpsim.experiments.output.write import dumps_json
 
 NAME = "cost"
 HELP = "the cost model's prediction for one sequence on one layer"
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         return _print_memory(args, format_table)
     r = predict(LayerQuery.from_args(args))
     if args.json:
-        print(json.dumps(r, sort_keys=True))
+        print(dumps_json(r, "--json", sort_keys=True))
         return 0
     m = r["model"]
     print(f"one layer, one rank: L = {r['seq_len']:,} tokens on {r['gpu']}, TP{r['tp']}, CP{r['cp']} "
@@ -106,7 +106,7 @@ def _print_memory(args: argparse.Namespace, format_table) -> int:
 
     parts = memory(MemoryQuery.from_args(args))
     if args.json:
-        print(json.dumps(parts, sort_keys=True))
+        print(dumps_json(parts, "--json", sort_keys=True))
         return 0
     cols = ["weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "transient_gb", "reserve_gb",
             "step_copy_gb", "total_gb"]

@@ -33,8 +33,8 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 
+from dcpsim.experiments.output.write import dumps_json
 from dcpsim.experiments.studies.reproduction import SUITES
 
 NAME = "reproduce"
@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     cases = all_cases(args.suite)
     bad = [c for c in cases if not c.ok]
     if args.json:
-        print(json.dumps({"cases": [c.to_dict() for c in cases], "out_of_tolerance": len(bad)}, sort_keys=True))
+        doc = {"cases": [c.to_dict() for c in cases], "out_of_tolerance": len(bad)}
+        print(dumps_json(doc, "--json", sort_keys=True))
         return 1 if bad else 0
     g = lambda v: f"{v:.4g}"
     measured = lambda c: f"{g(c.measured_range[0])}–{g(c.measured_range[1])}" if c.measured_range else g(c.measured)

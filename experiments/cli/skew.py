@@ -32,10 +32,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.inspection.skew import policy_skews, write_skew_plot
-    from dcpsim.experiments.output.tables import format_table
+    from dcpsim.experiments.output.write import Outputs
+    from dcpsim.experiments.sweep.keys import named_files
 
     sc = scenario_from_args(args)
-    skews = policy_skews(sc, args.policies)
+    with Outputs({"-o": args.output}, named_files(sc.to_dict()), images=("-o",)) as outs:  # checked up front
+        skews = policy_skews(sc, args.policies)
+        _print(args, skews)
+        with outs.writing("-o") as tmp:
+            write_skew_plot(skews, sc, str(tmp))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _print(args: argparse.Namespace, skews: list) -> None:
+    from dcpsim.experiments.output.tables import format_table
+
     for s in skews:
         m = s.metrics
         print(f"{s.label}: {m.num_microbatches} microbatches, pipeline bubble {m.pipeline_bubble:.1%}, "
@@ -51,6 +63,3 @@ def run(args: argparse.Namespace) -> int:
                      f"{x.compute_s.max() * 1e3:.1f}", f"{x.compute_s.max() / max(x.compute_s.min(), 1e-12):.2f}"]
                     for k, x in s.stage0.groupby("microbatch")]
             print(format_table(rows, ["mb", "tokens min", "tokens max", "ms min", "ms max", "skew"]))
-    write_skew_plot(skews, sc, args.output)
-    print(f"wrote {args.output}")
-    return 0

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from dcpsim.experiments.replay.replay import Replayed
-from dcpsim.experiments.replay.runlog import LogError
 from dcpsim.experiments.replay.stats import ErrorStats
 
 
 def write_scatter(path: str, rows: Sequence[tuple[str, Replayed]], overall: ErrorStats) -> None:
-    """Predicted against measured (ms), one colour per dataset, the y = x line; written all or nothing."""
+    """Predicted against measured (ms), one colour per dataset, the y = x line, saved to ``path`` (the caller
+    makes it atomic: :mod:`experiments.output.write`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -29,11 +28,4 @@ def write_scatter(path: str, rows: Sequence[tuple[str, Replayed]], overall: Erro
            title=f"replay: n={overall.n}, MAPE {overall.mape:.1%}, mean error {overall.mean_error:+.1%}")
     ax.legend(fontsize=6)
     fig.tight_layout()
-    p = Path(path)
-    tmp = p.with_name(p.stem + ".tmp" + p.suffix)
-    try:
-        fig.savefig(tmp, dpi=110)
-        tmp.replace(p)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise LogError(f"cannot write plot {p}: {e.strerror}") from None
+    fig.savefig(path, dpi=110)

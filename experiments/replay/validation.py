@@ -68,9 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     if args.plot:
+        from dcpsim.experiments.output.write import atomic_path
         from dcpsim.experiments.replay.plot import write_scatter
 
-        write_scatter(args.plot, [(ds, r) for ds, r in all_rows if ds.startswith("distca")], s)
+        with atomic_path(args.plot, "--plot", image=True) as tmp:
+            write_scatter(str(tmp), [(ds, r) for ds, r in all_rows if ds.startswith("distca")], s)
         print(f"wrote {args.plot}")
     return 0
 
