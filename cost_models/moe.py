@@ -153,9 +153,10 @@ def hit_probability(job: JobSpec, members: np.ndarray | float) -> np.ndarray:
     m = job.model
     E, k, ep = m.experts, m.experts_per_token, job.ep
     n = np.atleast_1d(np.asarray(members, dtype=np.float64))
+    uniq, inv = np.unique(n, return_inverse=True)
     total = math.comb(E, k)
-    miss = np.array([math.comb(E - int(round(E * x / ep)), k) / total for x in n.ravel()]).reshape(n.shape)
-    return 1.0 - miss
+    miss = np.array([math.comb(E - int(round(E * x / ep)), k) / total for x in uniq.tolist()])
+    return (1.0 - miss)[inv.reshape(n.shape)]
 
 
 def flex_copies(job: JobSpec, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

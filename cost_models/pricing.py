@@ -100,3 +100,6 @@ class GroupCostsPricing:
 
     def ulysses_floor(self, tpr: np.ndarray, u: np.ndarray) -> np.ndarray | float:
         return 0.0
+
+    def ep_floor(self, tpr: np.ndarray, stage: int) -> tuple[np.ndarray | float, np.ndarray | float]:
+        return 0.0, 0.0
