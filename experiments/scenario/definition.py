@@ -88,7 +88,8 @@ class Scenario:
                        pool=self.pool, context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
                        memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank,
                        tp_comm_overlap=self.tp_comm_overlap, attention_backend=self.attention_backend, ep=self.ep,
-                       etp=self.etp or None, moe_dispatcher=self.moe_dispatcher, moe_recompute=self.moe_recompute, stragglers=self.straggler_spec(), recompute=self.recompute,
+                       etp=self.etp or None, moe_dispatcher=self.moe_dispatcher, moe_recompute=self.moe_recompute,
+                       stragglers=self.straggler_spec(), recompute=self.recompute,
                        recompute_method=self.recompute_method, recompute_layers=self.recompute_layers or None,
                        overlap_grad_reduce=self.overlap_grad_reduce, overlap_param_gather=self.overlap_param_gather,
                        grad_reduce_in_fp32=self.grad_reduce_in_fp32)
@@ -125,5 +126,6 @@ class Scenario:
 
 
 DEFAULT_SCENARIO = Scenario()
+# Megatron training-step settings (cost_models.recompute, dp_overlap) and MoE layout settings (cost_models.moe)
 STEP_FIELDS = ("recompute", "recompute_method", "recompute_layers", "overlap_grad_reduce", "overlap_param_gather",
-               "grad_reduce_in_fp32", "etp", "moe_dispatcher")  # Megatron training-step settings (cost_models.recompute, dp_overlap)
+               "grad_reduce_in_fp32", "etp", "moe_dispatcher")

@@ -56,7 +56,8 @@ def layouts(draw):
         stragglers = Stragglers(fraction=draw(st.floats(0.0, 1.0)), seed=draw(st.integers(0, 10_000)),
                                 slowdown=draw(st.sampled_from(["fixed:1.5", "uniform:1:3", "lognormal:1.3:0.8"])))
     job = JobSpec(m, get_gpu(draw(st.sampled_from(["h100", "h200"]))), tp=tp, pp=pp, pool=pool,
-                  ep=ep, etp=etp, moe_dispatcher=dispatcher, max_tokens_per_rank=budget, context_len=max(budget, 1024), stragglers=stragglers)
+                  ep=ep, etp=etp, moe_dispatcher=dispatcher,
+                  max_tokens_per_rank=budget, context_len=max(budget, 1024), stragglers=stragglers)
     kind = draw(st.sampled_from(["all", "legacy", "constant"]))
     if kind == "constant":
         cm = ConstantCostModel(job, fwd_s_per_token=draw(st.sampled_from([1e-7, 1e-6])),
