@@ -118,3 +118,21 @@ def test_cli_options_and_one_line_errors(capsys):
     rc = main(["simulate", "--scenario", "h100-qwen3-moe-ep8-128k", "--etp", "3", "--no-progress"])
     err = capsys.readouterr().err.splitlines()
     assert rc == 2 and len(err) == 1 and "job.etp = 3 is invalid" in err[0]
+
+
+def test_dcpsim_cost_shows_the_ep_layout_and_its_all_to_alls(capsys):
+    import json
+
+    base = ["cost", "--model", "qwen3-30b-a3b", "--seq-len", "16384", "--tp", "4", "--pool", "8", "--ep", "8",
+            "--json"]
+    rows = {}
+    for extra in ([], ["--etp", "1"], ["--etp", "1", "--moe-dispatcher", "flex"]):
+        assert main(base + extra) == 0
+        r = json.loads(capsys.readouterr().out)
+        rows[" ".join(extra)] = r
+    assert rows[""]["etp"] == 4 and rows["--etp 1"]["etp"] == 1 and rows["--etp 1 --moe-dispatcher flex"][
+        "moe_dispatcher"] == "flex"
+    # ETP = TP = 4: the EP group spans four nodes; ETP 1: one node on NVLink; flex dedups copies inside it
+    ep = {k: v["ep_comm_fwd_s"] for k, v in rows.items()}
+    assert ep[""] > 5 * ep["--etp 1"] and ep["--etp 1"] > ep["--etp 1 --moe-dispatcher flex"] > 0
+    assert rows[""]["ep_comm_bwd_s"] == pytest.approx(2 * ep[""])  # MoE recompute (default on) dispatches again
