@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"one layer, one rank: L = {r['seq_len']:,} tokens on {r['gpu']}, TP{r['tp']}, CP{r['cp']} "
           f"engine {r['engine']}; h {m['hidden']}, ffn {m['ffn']}, heads {m['heads']}/{m['kv_heads']} KV, "
           f"d {m['head_dim']}; calibration {r['calibration']}; attention {r['attention_backend']}"
-          + (f"; EP{r['ep']} ETP{r['etp']} dispatcher {r['moe_dispatcher']}" if r["ep"] > 1 or r["ep_comm_fwd_s"] else ""))
+          + (f"; EP{r['ep']} ETP{r['etp']} dispatcher {r['moe_dispatcher']}"
+             if r["ep"] > 1 or r["ep_comm_fwd_s"] else ""))
     ms = lambda s: f"{s * 1e3:.4g}"
     tf = lambda n, s: f"{n / s / 1e12:.0f}" if s > 0 else "-"
     fp = r["flops"]
