@@ -7,7 +7,7 @@ one microbatch), per MoE layer, forward:
 * Attention projections: 2 · attn_params · T / t FLOPs, at the GEMM efficiency of T tokens (as a dense layer).
 * Router: 2 · h · E · T / t FLOPs (the gate GEMM), at T tokens.
 * Routed experts: 2 · k · expert_params · T / t FLOPs, as a grouped GEMM whose per-expert problems have
-  M = ep · T · k / E rows: the ep ranks of the EP group each send their T tokens to k of the E experts, and
+  M = ep · T · k / E rows (· ETP / t when ETP ≠ t): the ep ranks of the EP group each send their T tokens to k of the E experts, and
   with balanced routing every expert receives the same share. The efficiency is the calibration's GEMM
   curve at that M (a grouped GEMM runs each expert's GEMM as its own tile set: CUTLASS grouped GEMM,
   Megatron-Core's ``--moe-grouped-gemm``), so many experts with few tokens each cost more per FLOP.
@@ -18,9 +18,12 @@ one microbatch), per MoE layer, forward:
   by the calibration's all_to_all model on NVLink when the EP group's GPUs share an NVLink domain; else
   (CostTerms.links) the share addressed to the ep − L destinations in other domains crosses at the network
   rate (L: the fewest EP-group members in one domain; bytes / the GPU's NIC share) while the L − 1 local
-  ones go over NVLink at the same time, and without that term the whole buffer crosses at the network rate. With t >
-  1 the dispatcher all-gathers the received tokens over the TP group and
-  reduce-scatters them after the experts (T · k · h · 2 bytes, NVLink). The backward repeats both
+  ones go over NVLink at the same time, and without that term the whole buffer crosses at the network rate. With
+  ETP > 1 the dispatcher all-gathers the received tokens over the ETP group and reduce-scatters them after the
+  experts (T · k · h · 2 · ETP / t bytes, NVLink). With ``JobSpec.moe_dispatcher`` = flex (Megatron-Core's
+  flex dispatcher over DeepEP) a token crosses the network once per destination domain holding one of its
+  experts and is fanned out over NVLink there, and inside a domain goes once per destination GPU
+  (:func:`flex_copies`; docs/cost_model.md). The backward repeats both
   (gradients of dispatch and combine travel the same way). Fully exposed (Megatron-Core overlaps the EP
   all-to-all only with its ``--overlap-moe-expert-parallel-comm`` schedule, off by default).
 * Backward compute: 2x forward, as every GEMM.
