@@ -8,8 +8,8 @@ one microbatch), per MoE layer, forward:
 * Router: 2 · h · E · T / t FLOPs (the gate GEMM), at T tokens.
 * Routed experts: 2 · k · expert_params · T / t FLOPs, as a grouped GEMM whose per-expert problems have
   M = ep · T · k / E rows (· ETP / t when ETP ≠ t): the ep ranks of the EP group each send their T tokens to
-  k of the E experts, and with balanced routing every expert receives the same share. The efficiency is the calibration's GEMM
-  curve at that M (a grouped GEMM runs each expert's GEMM as its own tile set: CUTLASS grouped GEMM,
+  k of the E experts, and with balanced routing every expert receives the same share. The efficiency is the
+  calibration's GEMM curve at that M (a grouped GEMM runs each expert's GEMM as its own tile set: CUTLASS grouped GEMM,
   Megatron-Core's ``--moe-grouped-gemm``), so many experts with few tokens each cost more per FLOP.
 * Shared expert: 2 · shared_params · T / t FLOPs at T tokens (Qwen2-MoE).
 * Expert-parallel all-to-all (Megatron-Core ``MoEAlltoAllTokenDispatcher``): a dispatch before the experts
