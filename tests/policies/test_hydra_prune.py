@@ -91,3 +91,28 @@ def test_pruning_never_changes_a_plan_and_does_prune(monkeypatch) -> None:
         assert got.meta == ref.meta
         pruned += sum(calls)
     assert pruned >= 1
+
+
+def test_best_first_drafting_gives_the_plans_of_list_order(monkeypatch) -> None:
+    """The choices drafted best first (HyDra._best_draft, policy._draft_order) give the plans of drafting them
+    in list order, the plain loop it replaces (each draft bounded by the best so far); at the bench cell
+    (2,048 × 256, seed 0) best first drafts a later choice first."""
+    reordered = 0
+    best_first = hydra._draft_order
+    for n, w, pp, seed in CASES:
+        batch, job, cm = _case(n, w, pp, seed)
+        monkeypatch.setattr(hydra, "_draft_order", lambda choices: list(range(len(choices))))
+        ref = create_policy("hydra").plan(batch, job, cm)
+        orders: list[list[int]] = []
+
+        def spy(choices, orders=orders):
+            orders.append(best_first(choices))
+            return orders[-1]
+        monkeypatch.setattr(hydra, "_draft_order", spy)
+        got = create_policy("hydra").plan(batch, job, cm)
+        assert _groups(got) == _groups(ref), (n, w, pp, seed)
+        assert got.meta == ref.meta
+        reordered += any(o != sorted(o) for o in orders)
+        if (n, w, seed) == (2048, 256, 0):
+            assert orders[0][0] != 0
+    assert reordered >= 2
