@@ -95,8 +95,7 @@ def _heights(keys: list[int], n_mbs: int, mb: np.ndarray, load: np.ndarray) -> n
 
 
 def _draft_order(choices: list[TargetChoice]) -> list[int]:
-    """The order the choices are drafted in (:meth:`HyDra._best_draft`): ascending total height of their heavy
-    microbatches, ties in list order."""
+    """Choices in ascending total height of their heavy microbatches (ties in list order): the draft order."""
     return sorted(range(len(choices)), key=lambda q: (float(choices[q].heavy_heights.sum()), q))
 
 
@@ -169,15 +168,11 @@ class HyDra:
 
     def _best_draft(self, ctx: _Context, choices: list[TargetChoice], degrees: list, engines_of: list,
                     profiles: list[np.ndarray | None]) -> _Draft:
-        """The draft with the smallest score (the earliest choice on ties within 1e-9). The score needs only the
-        placement: engines and the Plan are made for the winner alone. Best first: the choices are drafted in
-        ascending total height of their heavy microbatches (a floor no light work lowers; ties in list order),
-        and a draft whose groups before the fill already score no better than the best so far is cut short
-        (:meth:`_structure_bound`), so the likeliest winner's score cuts the others early: at the 2,048 × 256
-        benchmark cell the heavy-free second count (27 light microbatches) wins, and drafted first it cuts the
-        first count (32 light, 12 heavy) a quarter through phase A instead of being placed in full (plan time
-        34.0 → 27.6 ms, one process, best of 15). The same plans as drafting in list order
-        (tests/policies/test_hydra_prune.py)."""
+        """The draft with the smallest score (the earliest choice on ties within 1e-9; engines and the Plan are made
+        for the winner alone). Best first (:func:`_draft_order`): a draft whose groups before the fill already
+        score no better than the best so far is cut short (:meth:`_structure_bound`), so the likeliest winner,
+        drafted first, cuts the others early: +27% plan time at the 2,048 × 256 cell without (docs/hydra.md §5,
+        §8); the plans of list order (tests/policies/test_hydra_prune.py)."""
         best: tuple[_Draft, int] | None = None
         for i in _draft_order(choices):
             # an earlier choice wins a tie: it may score up to 1e-9 above the best, a later one must beat it
