@@ -41,7 +41,7 @@ from dcpsim.policies.hydra.order import (
     height_profiles,
     makespans,
 )
-from dcpsim.policies.hydra.placement import Layout, place
+from dcpsim.policies.hydra.placement import Layout, Structure, finish, structure
 from dcpsim.policies.hydra.pricing import prices_fixed_costs, rank_loads
 from dcpsim.policies.hydra.target import TargetChoice, TargetSearch, build_target_model, choose_target
 from dcpsim.policies.hydra.work import Pricer, WorkGrid, build_grid
@@ -92,11 +92,6 @@ def _heights(keys: list[int], n_mbs: int, mb: np.ndarray, load: np.ndarray) -> n
     height = np.zeros(len(keys))
     np.maximum.at(height, slot_of[mb], load)
     return height
-
-
-def _draft_order(choices: list[TargetChoice]) -> list[int]:
-    """Choices in ascending total height of their heavy microbatches (ties in list order): the draft order."""
-    return sorted(range(len(choices)), key=lambda q: (float(choices[q].heavy_heights.sum()), q))
 
 
 @register_policy("hydra")
@@ -168,20 +163,24 @@ class HyDra:
 
     def _best_draft(self, ctx: _Context, choices: list[TargetChoice], degrees: list, engines_of: list,
                     profiles: list[np.ndarray | None]) -> _Draft:
-        """The draft with the smallest score (the earliest choice on ties within 1e-9; engines and the Plan are made
-        for the winner alone). Best first (:func:`_draft_order`): a draft whose groups before the fill already
-        score no better than the best so far is cut short (:meth:`_structure_bound`), so the likeliest winner,
-        drafted first, cuts the others early: +27% plan time at the 2,048 × 256 cell without (docs/hydra.md §5,
-        §8); the plans of list order (tests/policies/test_hydra_prune.py)."""
+        """The draft with the smallest score (the earliest on ties within 1e-9), best first: every choice's phase A
+        and :meth:`_structure_bound`, then the fills in ascending bound, skipping a choice whose bound is at least
+        the best score so far. Without it (every choice filled in list order): +41% plan time at the 2,048 × 256
+        cell (docs/hydra.md §5, §8); the same plans (tests/policies/test_hydra_prune.py)."""
+        starts = [self._start(ctx, *x) for x in zip(choices, degrees, engines_of, profiles)]
+        n_prof = [0 if p is None else len(p) for p in profiles]
+        bounds = [self._structure_bound(st, c.tau, ctx.job.pp, n, ctx.stage_scale) if len(choices) > 1 else 0.0
+                  for st, c, n in zip(starts, choices, n_prof)]
         best: tuple[_Draft, int] | None = None
-        for i in _draft_order(choices):
+        for i in sorted(range(len(choices)), key=lambda q: (bounds[q], q)):
             # an earlier choice wins a tie: it may score up to 1e-9 above the best, a later one must beat it
-            bound = None if best is None else best[0].score * (1 + 2e-9 if i < best[1] else 1 - 1e-9)
-            d = self._draft(ctx, choices[i], degrees[i], engines_of[i], profiles[i], bound)
-            if d is not None and (best is None or d.score < best[0].score * (1 - 1e-9)
-                                  or (i < best[1] and d.score <= best[0].score * (1 + 1e-9))):
+            if best is not None and bounds[i] >= best[0].score * (1 + 2e-9 if i < best[1] else 1 - 1e-9):
+                continue
+            d = self._finish(ctx, choices[i], starts[i], n_prof[i], int(degrees[i][2].sum()))
+            if (best is None or d.score < best[0].score * (1 - 1e-9)
+                    or (i < best[1] and d.score <= best[0].score * (1 + 1e-9))):
                 best = (d, i)
-        assert best is not None  # the first draft has no bound: never cut short
+        assert best is not None  # the smallest bound is never cut
         return best[0]
 
     def _choices(self, search: TargetSearch, grid: WorkGrid, job: JobSpec,
@@ -214,34 +213,26 @@ class HyDra:
             profiles[i] = prof
         return choices, profiles
 
-    def _draft(self, ctx: _Context, choice: TargetChoice, degrees: tuple, engines: tuple,
-               profile: np.ndarray | None, bound: float | None = None) -> _Draft | None:
-        """The placement of one choice with its light heights (None: flat), ordered and scored; None if its
-        groups before the fill already score at least ``bound`` (another draft's score: it cannot win)."""
-        tau, D, job = choice.tau, ctx.D, ctx.job
-        k, _, heavy = degrees
-        sizes = D[k]
-        u_seq, shares, ovh = engines
+    def _start(self, ctx: _Context, choice: TargetChoice, degrees: tuple, engines: tuple,
+               profile: np.ndarray | None) -> Structure:
+        """The structure (:func:`placement.structure`) of one choice with its light heights (None: flat)."""
+        (k, _, heavy), (u_seq, shares, ovh) = degrees, engines
+        D, job, sizes = ctx.D, ctx.job, ctx.D[k]
         at_fill = np.flatnonzero((sizes == D[0]) & ~heavy)
         fill = (int(D[0]), int(u_seq[at_fill[0]]) if at_fill.size
                 else engine_options(int(D[0]), self.cp_engine, job)[0])
         if fill not in ovh:
             ovh[fill] = float(ctx.pricer.overhead(np.array([fill[0]]), np.array([fill[1]]))[0])
-        n_profile = 0 if profile is None else len(profile)
+        return structure(pool=ctx.W, slowdown=ctx.slow, budget=ctx.M, tau=choice.tau, tol=self.tolerance,
+                         aligned=self.degrees == "pow2", lengths=ctx.lengths, sizes=sizes, ulysses=u_seq,
+                         shares=shares, heavy=heavy, m_light=choice.m_light, order_key=ctx.ids, overhead=ovh,
+                         fill=fill, light_heights=profile)
 
-        def prune(mb: list[int], load: list[float], caps: list[float], heavy_mbs: int) -> bool:
-            assert bound is not None  # passed to place only with a bound
-            return self._structure_bound(mb, load, caps, heavy_mbs, tau, job.pp, n_profile,
-                                         ctx.stage_scale) >= bound
-        layout = place(pool=ctx.W, slowdown=ctx.slow, budget=ctx.M, tau=tau, tol=self.tolerance,
-                       aligned=self.degrees == "pow2", lengths=ctx.lengths, sizes=sizes, ulysses=u_seq,
-                       shares=shares, heavy=heavy, m_light=choice.m_light, order_key=ctx.ids, overhead=ovh,
-                       fill=fill, fill_work=ctx.pricer.work, light_heights=profile,
-                       fill_estimate=ctx.pricer.estimate, prune=None if bound is None else prune)
-        if layout is None:
-            return None
-        keys, order, score = self._order(layout, tau, job.pp, n_profile, ctx.stage_scale)
-        return _Draft(score, layout, keys, order, choice, int(heavy.sum()))
+    def _finish(self, ctx: _Context, choice: TargetChoice, st: Structure, n_profile: int, n_heavy: int) -> _Draft:
+        """The fill of a structure (:func:`placement.finish`), ordered and scored."""
+        layout = finish(st, ctx.pricer.work, ctx.pricer.estimate)
+        keys, order, score = self._order(layout, choice.tau, ctx.job.pp, n_profile, ctx.stage_scale)
+        return _Draft(score, layout, keys, order, choice, n_heavy)
 
     # ---- step 5: order, plan ---------------------------------------------------------------------------
     def _order(self, layout: Layout, tau: float, pp: int, n_profile: int,
@@ -270,14 +261,16 @@ class HyDra:
             keys = [k for k in keys if k < heavy_mbs] + prof[:len(prof) - ends] + extra + prof[len(prof) - ends:]
         return keys, ends
 
-    def _structure_bound(self, mb: list[int], load: list[float], caps: list[float], heavy_mbs: int, tau: float,
-                         pp: int, n_profile: int, stage_scale: np.ndarray | None) -> float:
-        """A lower bound on :meth:`_order`'s score of the finished layout from its groups so far: the rest only
-        adds load, heights only grow and the recurrence of a fixed order is monotone in every height."""
+    def _structure_bound(self, st: Structure, tau: float, pp: int, n_profile: int,
+                         stage_scale: np.ndarray | None) -> float:
+        """A lower bound on :meth:`_order`'s score of the finished layout from its groups after phase A: the fill
+        only adds load, heights only grow and the recurrence of a fixed order is monotone in every height."""
+        caps, heavy_mbs = st.pk.caps, st.heavy_mbs
         keys, ends = self._run_keys(list(range(len(caps))), caps, heavy_mbs, tau, n_profile)
         if not keys:
             return 0.0
-        height = _heights(keys, len(caps), np.asarray(mb, dtype=np.int64), np.asarray(load, dtype=np.float64))
+        height = _heights(keys, len(caps), np.asarray([b.mb for b in st.pk.bins], dtype=np.int64),
+                          np.asarray([b.load for b in st.pk.bins], dtype=np.float64))
         orders = candidate_orders(height, np.asarray(keys) < heavy_mbs, pp, ends)
         return float(makespans(height[orders], pp, stage_scale=stage_scale).min())
 

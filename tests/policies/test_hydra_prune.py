@@ -1,7 +1,7 @@
-"""HyDra stops placing a later microbatch-count candidate once its groups so far (a quarter or halfway through
-phase A, or before the fill) already score at least the best draft's (HyDra._structure_bound): the rest of the placement
-only adds load, so that candidate cannot win. The bound must
-never exceed the score of the finished layout, and pruning must never change a plan."""
+"""HyDra drafts its microbatch-count candidates best first: every candidate's structure (heavy sequences and
+phase A) and its bound (HyDra._structure_bound), then the fills in ascending bound, and a candidate whose bound is
+at least the best score so far is never filled: the fill only adds load, so that candidate cannot win. The bound
+must never exceed the score of the finished layout, and the cut must never change a plan."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import create_policy
-from dcpsim.policies.hydra import placement as hydra_placement
 from dcpsim.policies.hydra import policy as hydra
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
@@ -36,83 +35,88 @@ def _groups(plan) -> list:
 @pytest.mark.parametrize("n,w,pp,seed", CASES)
 def test_the_bound_never_exceeds_the_finished_layouts_score(n: int, w: int, pp: int, seed: int,
                                                             monkeypatch) -> None:
-    """Every candidate placed after the first: its bounds (a quarter and halfway through phase A, and before the
-    fill) ≤ its score (after), with the prune switched off so that every candidate is finished."""
+    """Every candidate's bound (after phase A) ≤ its score (after the fill), with the cut switched off so that
+    every candidate is filled (in list order: every bound −inf); passes with a single candidate compute none."""
     batch, job, cm = _case(n, w, pp, seed)
-    placed: list[list[float]] = []  # per placement: its bounds (none: the first candidate of a pass, unbounded)
+    bounds: list[float] = []
     scores: list[float] = []
-    place, order, bound = hydra_placement.place, hydra.HyDra._order, hydra.HyDra._structure_bound
-
-    def spy_place(**kw):
-        placed.append([])
-        return place(**kw)
+    pairs: list[tuple[float, float]] = []
+    bound, finish, best = hydra.HyDra._structure_bound, hydra.HyDra._finish, hydra.HyDra._best_draft
 
     def spy_bound(self, *a, **k):
-        placed[-1].append(bound(self, *a, **k))
-        return -np.inf  # never prune: finish the layout
+        bounds.append(bound(self, *a, **k))
+        return -np.inf  # never cut: fill every candidate
 
-    def spy_order(self, layout, *a, **k):
-        out = order(self, layout, *a, **k)
-        scores.append(out[2])
+    def spy_finish(self, *a, **k):
+        out = finish(self, *a, **k)
+        scores.append(out.score)
         return out
 
-    monkeypatch.setattr(hydra, "place", spy_place)
+    def spy_best(self, *a, **k):
+        bounds.clear()
+        scores.clear()
+        out = best(self, *a, **k)
+        if bounds:
+            assert len(bounds) == len(scores)
+            pairs.extend(zip(bounds, scores))
+        return out
+
     monkeypatch.setattr(hydra.HyDra, "_structure_bound", spy_bound)
-    monkeypatch.setattr(hydra.HyDra, "_order", spy_order)
+    monkeypatch.setattr(hydra.HyDra, "_finish", spy_finish)
+    monkeypatch.setattr(hydra.HyDra, "_best_draft", spy_best)
     create_policy("hydra").plan(batch, job, cm)
-    assert len(placed) == len(scores) and any(len(b) == 3 for b in placed)  # (a quarter, halfway, the end)
-    for bounds, s in zip(placed, scores):
-        assert bounds == sorted(bounds)  # the groups only grow
-        for b in bounds:
-            assert b <= s * (1 + 1e-12), (b, s)
+    assert len(pairs) >= 2
+    for b, s in pairs:
+        assert b <= s * (1 + 1e-12), (b, s)
 
 
-def test_pruning_never_changes_a_plan_and_does_prune(monkeypatch) -> None:
-    """The plans with the prune are the plans without it, on every case; and some candidate is pruned (the
-    bench cell n = 2,048, W = 256, seed 0: the second count's groups before the fill already score more)."""
-    pruned = 0
-    bound = hydra.HyDra._structure_bound
+def test_a_five_percent_inflated_bound_fails() -> None:
+    """The check above has teeth: 1.05 × the bound exceeds the finished score at the bench cell (one pass of
+    three candidates: W = 256 plans pow2 alone)."""
+    batch, job, cm = _case(2048, 256, 4, 0)
+    bounds: list[float] = []
+    scores: list[float] = []
+    bound, finish = hydra.HyDra._structure_bound, hydra.HyDra._finish
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hydra.HyDra, "_structure_bound", lambda self, *a, **k: bounds.append(bound(self, *a, **k))
+                   or -np.inf)
+
+        def spy_finish(self, *a, **k):
+            out = finish(self, *a, **k)
+            scores.append(out.score)
+            return out
+        mp.setattr(hydra.HyDra, "_finish", spy_finish)
+        create_policy("hydra").plan(batch, job, cm)
+    assert len(bounds) == len(scores) == 3
+    assert any(1.05 * b > s for b, s in zip(bounds, scores))
+
+
+def test_the_cut_never_changes_a_plan_and_does_cut(monkeypatch) -> None:
+    """The plans with the cut are the plans of filling every candidate in list order (the plain loop it
+    replaces), on every case; and candidates are cut (the bench cell n = 2,048, W = 256, seed 0: two of three)."""
+    cut = 0
+    bound, finish = hydra.HyDra._structure_bound, hydra.HyDra._finish
     for n, w, pp, seed in CASES:
         batch, job, cm = _case(n, w, pp, seed)
         monkeypatch.setattr(hydra.HyDra, "_structure_bound", lambda self, *a, **k: -np.inf)
         ref = create_policy("hydra").plan(batch, job, cm)
         monkeypatch.setattr(hydra.HyDra, "_structure_bound", bound)
-        calls = []
-        orig_place = hydra_placement.place
+        calls = {"bound": 0, "fill": 0}
 
-        def spy(orig_place=orig_place, calls=calls, **kw):
-            out = orig_place(**kw)
-            calls.append(out is None)
-            return out
-        monkeypatch.setattr(hydra, "place", spy)
+        def spy_bound(self, *a, calls=calls, **k):
+            calls["bound"] += 1
+            return bound(self, *a, **k)
+
+        def spy_finish(self, *a, calls=calls, **k):
+            calls["fill"] += 1
+            return finish(self, *a, **k)
+        monkeypatch.setattr(hydra.HyDra, "_structure_bound", spy_bound)
+        monkeypatch.setattr(hydra.HyDra, "_finish", spy_finish)
         got = create_policy("hydra").plan(batch, job, cm)
-        monkeypatch.setattr(hydra, "place", orig_place)
+        monkeypatch.setattr(hydra.HyDra, "_finish", finish)
         assert _groups(got) == _groups(ref), (n, w, pp, seed)
         assert got.meta == ref.meta
-        pruned += sum(calls)
-    assert pruned >= 1
-
-
-def test_best_first_drafting_gives_the_plans_of_list_order(monkeypatch) -> None:
-    """The choices drafted best first (HyDra._best_draft, policy._draft_order) give the plans of drafting them
-    in list order, the plain loop it replaces (each draft bounded by the best so far); at the bench cell
-    (2,048 × 256, seed 0) best first drafts a later choice first."""
-    reordered = 0
-    best_first = hydra._draft_order
-    for n, w, pp, seed in CASES:
-        batch, job, cm = _case(n, w, pp, seed)
-        monkeypatch.setattr(hydra, "_draft_order", lambda choices: list(range(len(choices))))
-        ref = create_policy("hydra").plan(batch, job, cm)
-        orders: list[list[int]] = []
-
-        def spy(choices, orders=orders):
-            orders.append(best_first(choices))
-            return orders[-1]
-        monkeypatch.setattr(hydra, "_draft_order", spy)
-        got = create_policy("hydra").plan(batch, job, cm)
-        assert _groups(got) == _groups(ref), (n, w, pp, seed)
-        assert got.meta == ref.meta
-        reordered += any(o != sorted(o) for o in orders)
-        if (n, w, seed) == (2048, 256, 0):
-            assert orders[0][0] != 0
-    assert reordered >= 2
+        cut += calls["bound"] - calls["fill"]
+        if (n, w, pp, seed) == (2048, 256, 4, 0):
+            assert (calls["bound"], calls["fill"]) == (3, 1)
+    assert cut >= 4
