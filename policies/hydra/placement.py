@@ -19,7 +19,6 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -161,15 +160,22 @@ class Layout:
     slow: np.ndarray | None = None  # [W] the pool ranks' slow-down factors placement weighted by (None: none)
 
 
-class Structure(NamedTuple):
-    """A placement after phase A (:func:`structure`): its bins so far (``pk``) and what the fill needs."""
+@dataclass(slots=True)
+class Structure:
+    """A placement during phase A (:func:`structure`): its bins so far, the phase-A items left, the fill's inputs."""
 
     pk: Packer
     heavy_mbs: int
+    todo: list[tuple[int, int, int, float, float]]
     small: np.ndarray  # the fill sequences, in fill order
     lengths: np.ndarray
     shares: np.ndarray
     fill: tuple[int, int]
+
+    def advance(self) -> None:
+        """The rest of phase A."""
+        self.pk.structure(self.todo)
+        self.todo = []
 
 
 def place(*, fill_work: Callable, fill_estimate: Callable, **kw) -> Layout:
@@ -181,10 +187,10 @@ def structure(*, pool: int, budget: float, tau: float, tol: float, aligned: bool
               sizes: np.ndarray, ulysses: np.ndarray, shares: np.ndarray, heavy: np.ndarray, m_light: int,
               order_key: np.ndarray, overhead: dict[tuple[int, int], float], fill: tuple[int, int],
               slowdown: np.ndarray | None = None, light_heights: np.ndarray | None = None) -> Structure:
-    """The heavy sequences and phase A of every sequence (positions 0..n−1). ``sizes``, ``ulysses``, ``shares``:
-    each one's degree, planning engine and per-rank work there; ``heavy``: set apart; ``order_key``: tie-break
-    (the ids); ``overhead[(size, u)]``: a group's fixed load; ``fill``: (size, u) of the fill class;
-    ``light_heights``: each light microbatch's target height in run order (None: τ for all ``m_light``)."""
+    """The heavy sequences and a quarter of phase A (positions 0..n−1). ``sizes``, ``ulysses``, ``shares``: each
+    one's degree, planning engine and per-rank work; ``heavy``: set apart; ``order_key``: tie-break (the ids);
+    ``overhead[(size, u)]``: a group's fixed load; ``fill``: (size, u) of the fill class; ``light_heights``:
+    each light microbatch's target height in run order (None: τ for all ``m_light``)."""
     pk = Packer(pool, budget, tau, tol, aligned, overhead, slowdown)
     tok = lengths / sizes
     is_fill = ~heavy & (sizes == fill[0]) & (ulysses == fill[1])
@@ -202,17 +208,18 @@ def structure(*, pool: int, budget: float, tau: float, tol: float, aligned: bool
         pk.short += h is not None and h < tau
     big = np.flatnonzero(~heavy & ~is_fill)  # phase A
     big = big[np.lexsort((order_key[big], -shares[big], -sizes[big]))]
-    pk.structure(zip(big.tolist(), sizes[big].tolist(), ulysses[big].tolist(), shares[big].tolist(),
+    items = list(zip(big.tolist(), sizes[big].tolist(), ulysses[big].tolist(), shares[big].tolist(),
                      tok[big].tolist()))
+    pk.structure(items[:len(items) // 4])  # the largest groups first: a quarter tells most (docs/hydra.md §5)
     small = np.flatnonzero(is_fill)  # phase B, largest share first, ties by id
     small = small[np.lexsort((order_key[small], -shares[small]))]
-    return Structure(pk, heavy_mbs, small, lengths, shares, fill)
+    return Structure(pk, heavy_mbs, items[len(items) // 4:], small, lengths, shares, fill)
 
 
 def finish(st: Structure, fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
            fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None]) -> Layout:
-    """Phase B, the fill (:func:`policies.hydra.fill.fill`, with its ``fill_work`` and ``fill_estimate``), of a
-    :func:`structure`, and the :class:`Layout`."""
+    """The rest of phase A and phase B, the fill (:func:`policies.hydra.fill.fill`), of a :func:`structure`."""
+    st.advance()
     nb0 = len(st.pk.bins)
     filled = fill_phase(st.pk, st.small, st.lengths, st.shares, st.fill, fill_work, fill_estimate)
     return _layout(st.pk, nb0, filled, st.small, st.fill, len(st.lengths), st.heavy_mbs)

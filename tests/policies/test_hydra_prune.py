@@ -32,91 +32,79 @@ def _groups(plan) -> list:
     return [[(g.ranks, g.seq_ids, g.engine) for g in mb.groups] for mb in plan.microbatches]
 
 
-@pytest.mark.parametrize("n,w,pp,seed", CASES)
-def test_the_bound_never_exceeds_the_finished_layouts_score(n: int, w: int, pp: int, seed: int,
-                                                            monkeypatch) -> None:
-    """Every candidate's bound (after phase A) ≤ its score (after the fill), with the cut switched off so that
-    every candidate is filled (in list order: every bound −inf); passes with a single candidate compute none."""
-    batch, job, cm = _case(n, w, pp, seed)
-    bounds: list[float] = []
-    scores: list[float] = []
-    pairs: list[tuple[float, float]] = []
-    bound, finish, best = hydra.HyDra._structure_bound, hydra.HyDra._finish, hydra.HyDra._best_draft
+def _spied(monkeypatch, cut: bool = True) -> dict:
+    """Spies on HyDra's best-first drafting: every structure's bounds (a quarter through phase A, and at its end
+    when asked), the structures made and filled, and each filled structure's score. ``cut=False``: every bound
+    reads −inf, so every candidate is filled, in list order (the plain loop the cut replaces)."""
+    rec: dict = {"bounds": {}, "made": 0, "filled": 0, "layout_of": {}, "score": {}}
+    bound, structure, finish, order = (hydra.HyDra._structure_bound, hydra.structure, hydra.finish,
+                                       hydra.HyDra._order)
 
-    def spy_bound(self, *a, **k):
-        bounds.append(bound(self, *a, **k))
-        return -np.inf  # never cut: fill every candidate
+    def spy_bound(self, st, *a):
+        rec["bounds"].setdefault(id(st), []).append(bound(self, st, *a))
+        return rec["bounds"][id(st)][-1] if cut else -np.inf
 
-    def spy_finish(self, *a, **k):
-        out = finish(self, *a, **k)
-        scores.append(out.score)
+    def spy_structure(**kw):
+        rec["made"] += 1
+        return structure(**kw)
+
+    def spy_finish(st, *a):
+        rec["filled"] += 1
+        out = finish(st, *a)
+        rec["layout_of"][id(out)] = id(st)
         return out
 
-    def spy_best(self, *a, **k):
-        bounds.clear()
-        scores.clear()
-        out = best(self, *a, **k)
-        if bounds:
-            assert len(bounds) == len(scores)
-            pairs.extend(zip(bounds, scores))
+    def spy_order(self, layout, *a):
+        out = order(self, layout, *a)
+        if id(layout) in rec["layout_of"]:
+            rec["score"][rec["layout_of"][id(layout)]] = out[2]
         return out
 
     monkeypatch.setattr(hydra.HyDra, "_structure_bound", spy_bound)
-    monkeypatch.setattr(hydra.HyDra, "_finish", spy_finish)
-    monkeypatch.setattr(hydra.HyDra, "_best_draft", spy_best)
+    monkeypatch.setattr(hydra, "structure", spy_structure)
+    monkeypatch.setattr(hydra, "finish", spy_finish)
+    monkeypatch.setattr(hydra.HyDra, "_order", spy_order)
+    return rec
+
+
+@pytest.mark.parametrize("n,w,pp,seed", CASES)
+def test_the_bound_never_exceeds_the_finished_layouts_score(n: int, w: int, pp: int, seed: int,
+                                                            monkeypatch) -> None:
+    """Every candidate's bounds (a quarter through phase A, and at its end) ≤ its score after the fill, with the
+    cut switched off so that every candidate is filled; the bounds only grow."""
+    batch, job, cm = _case(n, w, pp, seed)
+    rec = _spied(monkeypatch, cut=False)
     create_policy("hydra").plan(batch, job, cm)
-    assert len(pairs) >= 2
-    for b, s in pairs:
-        assert b <= s * (1 + 1e-12), (b, s)
+    assert len(rec["bounds"]) >= 2 and any(len(b) == 2 for b in rec["bounds"].values())
+    for st, bounds in rec["bounds"].items():
+        assert bounds == sorted(bounds)
+        for b in bounds:
+            assert b <= rec["score"][st] * (1 + 1e-12), (b, rec["score"][st])
 
 
-def test_a_five_percent_inflated_bound_fails() -> None:
-    """The check above has teeth: 1.05 × the bound exceeds the finished score at the bench cell (one pass of
-    three candidates: W = 256 plans pow2 alone)."""
+def test_a_five_percent_inflated_bound_fails(monkeypatch) -> None:
+    """The check above has teeth: 1.05 × a bound exceeds the finished score at the bench cell."""
     batch, job, cm = _case(2048, 256, 4, 0)
-    bounds: list[float] = []
-    scores: list[float] = []
-    bound, finish = hydra.HyDra._structure_bound, hydra.HyDra._finish
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hydra.HyDra, "_structure_bound", lambda self, *a, **k: bounds.append(bound(self, *a, **k))
-                   or -np.inf)
-
-        def spy_finish(self, *a, **k):
-            out = finish(self, *a, **k)
-            scores.append(out.score)
-            return out
-        mp.setattr(hydra.HyDra, "_finish", spy_finish)
-        create_policy("hydra").plan(batch, job, cm)
-    assert len(bounds) == len(scores) == 3
-    assert any(1.05 * b > s for b, s in zip(bounds, scores))
+    rec = _spied(monkeypatch, cut=False)
+    create_policy("hydra").plan(batch, job, cm)
+    assert any(1.05 * b > rec["score"][st] for st, bs in rec["bounds"].items() for b in bs)
 
 
 def test_the_cut_never_changes_a_plan_and_does_cut(monkeypatch) -> None:
-    """The plans with the cut are the plans of filling every candidate in list order (the plain loop it
-    replaces), on every case; and candidates are cut (the bench cell n = 2,048, W = 256, seed 0: two of three)."""
+    """The plans with the cut are the plans of filling every candidate in list order, on every case; and
+    candidates are cut (the bench cell n = 2,048, W = 256, seed 0: three candidates, one filled)."""
     cut = 0
-    bound, finish = hydra.HyDra._structure_bound, hydra.HyDra._finish
     for n, w, pp, seed in CASES:
         batch, job, cm = _case(n, w, pp, seed)
-        monkeypatch.setattr(hydra.HyDra, "_structure_bound", lambda self, *a, **k: -np.inf)
-        ref = create_policy("hydra").plan(batch, job, cm)
-        monkeypatch.setattr(hydra.HyDra, "_structure_bound", bound)
-        calls = {"bound": 0, "fill": 0}
-
-        def spy_bound(self, *a, calls=calls, **k):
-            calls["bound"] += 1
-            return bound(self, *a, **k)
-
-        def spy_finish(self, *a, calls=calls, **k):
-            calls["fill"] += 1
-            return finish(self, *a, **k)
-        monkeypatch.setattr(hydra.HyDra, "_structure_bound", spy_bound)
-        monkeypatch.setattr(hydra.HyDra, "_finish", spy_finish)
-        got = create_policy("hydra").plan(batch, job, cm)
-        monkeypatch.setattr(hydra.HyDra, "_finish", finish)
+        with pytest.MonkeyPatch.context() as mp:
+            _spied(mp, cut=False)
+            ref = create_policy("hydra").plan(batch, job, cm)
+        with pytest.MonkeyPatch.context() as mp:
+            rec = _spied(mp)
+            got = create_policy("hydra").plan(batch, job, cm)
         assert _groups(got) == _groups(ref), (n, w, pp, seed)
         assert got.meta == ref.meta
-        cut += calls["bound"] - calls["fill"]
+        cut += rec["made"] - rec["filled"]
         if (n, w, pp, seed) == (2048, 256, 4, 0):
-            assert (calls["bound"], calls["fill"]) == (3, 1)
+            assert (rec["made"], rec["filled"]) == (3, 1)
     assert cut >= 4
