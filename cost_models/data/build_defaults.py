@@ -22,10 +22,6 @@ Steps (sources and licences in reference/SOURCES.md):
    curve. Network links stay at the published figures (the NCCL data is intra-node only).
 4. ``attn_h100_per_doc_by_cp_tp.csv`` (DistCA) → relative CP / TP speed-ups against the fitted forward curve
    (cp_scaling_check.csv); absolute values are not used (its head configuration is unknown).
-6. ``measured/gemm_fit.json`` → the GEMM curve of both calibrations: its peak fitted end to end to the
-   dgxc-benchmarking H100 BF16 recipe rows by ``python -m dcpsim.experiments.replay.dgxc --fit`` (the profile
-   holds no GEMM rows; the published 80 % of peak it replaces was an assumption). H200 takes the H100 value
-   (the same tensor cores and clocks, step 3).
 5. ``h200_cudnn_sdpa_llama31.csv`` (cudnn-frontend) → attention rows of kernel ``cudnn-1.19.0`` (device
    h200) in the same profile, fitted with the rest: the cuDNN backend's four curves
    (cost_models.attention_backends; both GPUs, by the same H100 = H200 compute argument as step 3). FA2's
@@ -35,14 +31,12 @@ Steps (sources and licences in reference/SOURCES.md):
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
-from dcpsim.cost_models.calibration import Calibration, SaturatingCurve, published_calibration
+from dcpsim.cost_models.calibration import published_calibration
 from dcpsim.cost_models.fitting import cp_scaling_check, fit_calibration
 from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
 from dcpsim.cost_models.presets import get_gpu
@@ -101,13 +95,6 @@ def _table(rows: list[dict]) -> pd.DataFrame:
     return validate_profile(df.astype(object).where(df.notna(), ""), origin="converted reference table")
 
 
-def with_gemm_fit(cal: Calibration) -> Calibration:
-    """``cal`` with the GEMM curve of ``measured/gemm_fit.json`` (step 6) and its source line."""
-    fit = json.loads((HERE / "measured" / "gemm_fit.json").read_text())
-    return replace(cal, gemm=SaturatingCurve(fit["peak_tflops"], fit["half"]),
-                   source=f"{cal.source}; GEMMs: {fit['source']}")
-
-
 def main(argv: list[str] | None = None) -> int:
     out = Path(argv[0]) if argv else HERE
     att = convert_published_attention(REFERENCE / "h100_attention_tflops_published.csv")
@@ -117,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     profile = read_profile(out / "profile_h100.csv")
     for gpu, name in NAMES.items():
         cal, report = fit_calibration(profile, published_calibration(get_gpu(gpu)), name)
-        cal = with_gemm_fit(cal)
         (out / f"calibration_{gpu}.json").write_text(cal.to_json() + "\n")
         print(f"{gpu}: wrote {out / f'calibration_{gpu}.json'}")
         for t in report.terms:

@@ -9,10 +9,7 @@ import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms
 
-from ..golden_calibration import calibration_before_gemm_fit  # noqa: F401  (the fixture)
 from ._cases import alone, make_job, random_options
-
-pytestmark = pytest.mark.usefixtures("calibration_before_gemm_fit")  # goldens printed before the GEMM fit
 
 
 def _reference(cm, lengths, sizes, u, stage):

@@ -2,7 +2,7 @@
 with dcpsim's own budget (no override), and configurations that cannot run do not.
 
 The configurations, as published (cost_models/data/measured/dgxc_recipes_bf16.csv: source, commit, excerpt per
-row; dcpsim.experiments.replay.dgxc: what the tables leave unstated, from NeMo's recipes), recompute none in every
+row; tests/cost_models/_dgxc.py: what the tables leave unstated, from NeMo's recipes), recompute none in every
 row (the tables list none):
 
 ====  ==================  =====  ===  ===  ===  ====  ==  =====  ===
@@ -29,7 +29,8 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.cost_models.errors import InfeasibleError
 from dcpsim.cost_models.memory import memory_breakdown, memory_budget_tokens
-from dcpsim.experiments.replay.dgxc import rows, simulated_tokens_per_s_per_gpu
+
+from ._dgxc import rows, simulated_tokens_per_s_per_gpu
 
 GIB = 2 ** 30
 ROWS = {r.id: r for r in rows()}

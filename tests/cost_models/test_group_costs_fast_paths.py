@@ -15,10 +15,7 @@ from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, g
 from dcpsim.cost_models.base import GroupBatch
 from dcpsim.cost_models.calibration import COLLECTIVES, LinkModel, default_calibration
 
-from ..golden_calibration import calibration_before_gemm_fit  # noqa: F401  (the fixture)
 from ._cases import alone, make_job, random_options
-
-pytestmark = pytest.mark.usefixtures("calibration_before_gemm_fit")  # goldens printed before the GEMM fit
 
 FIELDS = ("fwd_compute_s", "fwd_comm_s", "bwd_compute_s", "bwd_comm_s", "fwd_tp_comm_s", "bwd_tp_comm_s")
 

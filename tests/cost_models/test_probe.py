@@ -14,10 +14,7 @@ import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
 
-from ..golden_calibration import calibration_before_gemm_fit  # noqa: F401  (the fixture)
 from ._cases import alone, make_job
-
-pytestmark = pytest.mark.usefixtures("calibration_before_gemm_fit")  # goldens printed before the GEMM fit
 
 # (size, ulysses) options: no ring, rings inside and across NVLink domains, inner all-to-alls on NVLink
 OPTIONS = np.array([[1, 1], [2, 1], [2, 2], [8, 1], [8, 4], [8, 8], [16, 1], [16, 8], [64, 4], [64, 8], [32, 2]])

@@ -14,13 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from dcpsim.experiments.cli import main
-
-from ..golden_calibration import calibration_before_gemm_fit  # noqa: F401  (the fixture)
-
-pytestmark = pytest.mark.usefixtures("calibration_before_gemm_fit")  # pinned before the GEMM fit
 
 PINNED = Path(__file__).parent.parent / "data" / "compare_default_v0_1_0.json"
 HYDRA_SLACK = 0.002  # relative: HyDra's legacy iteration time may be at most 0.2% above the pinned one

@@ -6,11 +6,11 @@ from dcpsim.experiments.studies.hydra_ablation import main, measure
 
 
 def test_flat_profile_is_slower_than_the_default_at_32k() -> None:
-    # docs/hydra.md §13: at h100-512-32k seed 0 flat heights (profile=False) take 3.5% longer than the
-    # default (5.2% before the GEMM peak was fitted to the dgxc rows: slower GEMMs, a smaller attention share).
+    # docs/hydra.md §13: at h100-512-32k seed 0 flat heights (profile=False) take 5.2% longer than the
+    # default (3.4% before the stage-scaled score let the default pick 22 microbatches instead of 43).
     r = measure("h100-512-32k", 0, ["profile=False"])
     ratio = r["hydra:profile=False"]["iteration_time_s"] / r["hydra"]["iteration_time_s"]
-    assert 1.02 < ratio < 1.05
+    assert 1.04 < ratio < 1.07
     assert 0.88 <= r["hydra"]["efficiency"] <= 1.0
 
 

@@ -16,10 +16,6 @@ from dcpsim.policies.hydra.pricing import group_overhead, sequence_work
 from dcpsim.policies.hydra.work import Pricer, build_grid
 from dcpsim.traces import get_preset
 
-from ..golden_calibration import calibration_before_gemm_fit  # noqa: F401  (the fixture)
-
-pytestmark = pytest.mark.usefixtures("calibration_before_gemm_fit")  # goldens printed before the GEMM fit
-
 
 def _case(n: int, w: int, terms: str = "all", trace: str = "256k", seed: int = 4):
     lengths = np.asarray(get_preset(trace).sample(n, seed), dtype=np.int64)

@@ -14,10 +14,6 @@ from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, CostTerms, 
 from dcpsim.cost_models.pricing import GroupCostsPricing
 from dcpsim.sim.bound import iteration_bound, stage_classes, ulysses_floor
 
-from ..golden_calibration import calibration_before_gemm_fit  # noqa: F401  (the fixture)
-
-pytestmark = pytest.mark.usefixtures("calibration_before_gemm_fit")  # goldens printed before the GEMM fit
-
 
 def _job(model="llama3-8b", gpu="h200", tp=1, pp=4, pool=64, mtr=16384):
     return JobSpec(model=get_model(model), gpu=get_gpu(gpu), tp=tp, pp=pp, pool=pool, context_len=262144,
