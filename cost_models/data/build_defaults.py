@@ -3,7 +3,10 @@
 Run from the repository root::
 
     python -m dcpsim.cost_models.data.build_defaults          # rewrites profile_h100.csv, calibration_h100.json,
-                                                       # calibration_h200.json and cp_scaling_check.csv
+                                                       # calibration_h200_kernels.json, cp_scaling_check.csv
+
+The shipped H200 default, ``calibration_h200.json``, is the end-to-end fit of ``calibration_h200_kernels.json``
+(step 3's H200 kernel fit) to DistCA's measured steps (step 6).
 
 Steps (sources and licences in reference/SOURCES.md):
 
@@ -27,6 +30,13 @@ Steps (sources and licences in reference/SOURCES.md):
    (cost_models.attention_backends; both GPUs, by the same H100 = H200 compute argument as step 3). FA2's
    backward curves come from the FA2 paper's ``fwd+bwd`` rows (op ``attn_fwd_bwd``): backward time =
    fwd+bwd time − the fitted forward.
+6. H200 default (docs/validation.md): the GEMM rate and the NVLink and network bandwidth scales of
+   ``calibration_h200_kernels.json`` fitted to the six shipped DistCA files (measured/distca, 212 steps)::
+
+       dcpsim calibrate --runs cost_models/data/measured/distca/*.json --from distca --gpu h200 \\
+           --base cost_models/data/calibration_h200_kernels.json \\
+           --knobs gemm_peak_tflops,nvlink_scale,network_scale --name h200-distca-steps \\
+           -o cost_models/data/calibration_h200.json
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ NCCL_SOURCE = "nccl-tests out-of-place, H100 SXM x8 one node (hao-ai-lab/DistCA 
 CUDNN_SOURCE = ("cudnn-frontend SDPA benchmark, H200, Llama-3.1 shape (NVIDIA/cudnn-frontend "
                 "benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn, MIT)")
 NAMES = {"h100": "h100-reference-fit", "h200": "h200-from-h100-reference-fit"}
+FILES = {"h100": "calibration_h100.json", "h200": "calibration_h200_kernels.json"}  # step 6 fits the H200 default
 
 
 def convert_published_attention(path: Path) -> pd.DataFrame:
@@ -104,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = read_profile(out / "profile_h100.csv")
     for gpu, name in NAMES.items():
         cal, report = fit_calibration(profile, published_calibration(get_gpu(gpu)), name)
-        (out / f"calibration_{gpu}.json").write_text(cal.to_json() + "\n")
-        print(f"{gpu}: wrote {out / f'calibration_{gpu}.json'}")
+        (out / FILES[gpu]).write_text(cal.to_json() + "\n")
+        print(f"{gpu}: wrote {out / FILES[gpu]}")
         for t in report.terms:
             print(f"  {t.key:24s} {t.how:8s} {t.params}  MAPE {t.mape:.1%}")
         if gpu == "h100":
