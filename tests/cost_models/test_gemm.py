@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
-from dcpsim.cost_models import gemm
+from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, gemm, get_gpu, get_model
 from dcpsim.cost_models.flops import linear_fwd_flops_per_token
 from dcpsim.cost_models.moe import tokens_per_expert
 
