@@ -37,16 +37,22 @@ Steps (sources and licences in reference/SOURCES.md):
            --base cost_models/data/calibration_h200_kernels.json \\
            --knobs gemm_peak_tflops,nvlink_scale,network_scale --name h200-distca-steps \\
            -o cost_models/data/calibration_h200.json
+
+7. H100 default: the kernel fit with its GEMM rate (:data:`H100_GEMM_PEAK_TFLOPS`) fitted end to end to the
+   dgxc-benchmarking NeMo BF16 rows (measured/dgxc_recipes_bf16.csv, the 11 H100 rows, GEMMs by shape):
+   least squares on log(simulated / published tokens/s/GPU), printed by
+   ``PYTHONPATH=. python -m tests.cost_models._dgxc --fit`` (the rows' jobs are defined with the tests).
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
-from dcpsim.cost_models.calibration import published_calibration
+from dcpsim.cost_models.calibration import Calibration, SaturatingCurve, published_calibration
 from dcpsim.cost_models.fitting import cp_scaling_check, fit_calibration
 from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
 from dcpsim.cost_models.presets import get_gpu
@@ -59,6 +65,10 @@ NCCL_SOURCE = "nccl-tests out-of-place, H100 SXM x8 one node (hao-ai-lab/DistCA 
 CUDNN_SOURCE = ("cudnn-frontend SDPA benchmark, H200, Llama-3.1 shape (NVIDIA/cudnn-frontend "
                 "benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn, MIT)")
 NAMES = {"h100": "h100-reference-fit", "h200": "h200-from-h100-reference-fit"}
+# step 7: fitted to the dgxc rows at commit c432b31 (python -m tests.cost_models._dgxc --fit printed 602.1)
+H100_GEMM_PEAK_TFLOPS = 602.1
+DGXC_SOURCE = ("GEMM rate 602.1 TFLOP/s fitted end to end (least squares on log tokens/s/GPU, GEMMs by shape) to "
+               "the 11 H100 rows of NVIDIA/dgxc-benchmarking's NeMo BF16 recipes (measured/dgxc_recipes_bf16.csv)")
 FILES = {"h100": "calibration_h100.json", "h200": "calibration_h200_kernels.json"}  # step 6 fits the H200 default
 
 
@@ -106,6 +116,12 @@ def _table(rows: list[dict]) -> pd.DataFrame:
     return validate_profile(df.astype(object).where(df.notna(), ""), origin="converted reference table")
 
 
+def shipped_h100(kernel_fit: Calibration) -> Calibration:
+    """The shipped H100 default from its kernel fit (step 7: the GEMM rate fitted to the dgxc rows)."""
+    return replace(kernel_fit, gemm=SaturatingCurve(H100_GEMM_PEAK_TFLOPS, kernel_fit.gemm.half),
+                   source=f"{kernel_fit.source} | {DGXC_SOURCE}")
+
+
 def main(argv: list[str] | None = None) -> int:
     out = Path(argv[0]) if argv else HERE
     att = convert_published_attention(REFERENCE / "h100_attention_tflops_published.csv")
@@ -115,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = read_profile(out / "profile_h100.csv")
     for gpu, name in NAMES.items():
         cal, report = fit_calibration(profile, published_calibration(get_gpu(gpu)), name)
+        if gpu == "h100":
+            cal = shipped_h100(cal)
         (out / FILES[gpu]).write_text(cal.to_json() + "\n")
         print(f"{gpu}: wrote {out / FILES[gpu]}")
         for t in report.terms:
