@@ -71,12 +71,12 @@ def layer_gemms(job: JobSpec, moe_layer: bool = False) -> list[Gemm]:
     return out + _mlp(m, m.expert_ffn, t, "expert_", count=m.experts / job.ep, expert=True)
 
 
-def gemm_s(M: np.ndarray, N: float, K: float, peak_tflops: float, hbm_gbs: float,
+def gemm_s(M: np.ndarray | float, N: float, K: np.ndarray | float, peak_tflops: float, hbm_gbs: float,
            c_bytes: float = BF16) -> np.ndarray:
     """Roofline seconds of one M × K by K × N GEMM (``c_bytes`` per output element moved); 0 at an infinite
     rate (a calibration whose GEMMs are free, as the kernels-alone fits and the attention-alone rows use)."""
     if not np.isfinite(peak_tflops):
-        return np.zeros_like(np.asarray(M * K, dtype=np.float64))
+        return np.zeros(np.broadcast(M, K).shape)
     flops = 2.0 * M * N * K
     nbytes = BF16 * (M * K + K * N) + c_bytes * M * N
     return np.maximum(flops / (peak_tflops * 1e12), nbytes / (hbm_gbs * 1e9))
@@ -94,7 +94,7 @@ def fwd_bwd_s(job: JobSpec, gemms: list[Gemm], tokens: np.ndarray, peak_tflops: 
         M = expert_rows if g.expert and expert_rows is not None else T
         fwd = fwd + g.count * gemm_s(M, g.n, g.k, peak_tflops, bw)
         dgrad = gemm_s(M, g.k, g.n, peak_tflops, bw)
-        wgrad = gemm_s(np.full_like(M, g.k), g.n, M, peak_tflops, bw, c_bytes=2.0 * FP32)
+        wgrad = gemm_s(g.k, g.n, M, peak_tflops, bw, c_bytes=2.0 * FP32)
         bwd = bwd + g.count * (dgrad + wgrad)
     return fwd, bwd
 
