@@ -1,4 +1,4 @@
-"""The linear layers' GEMMs by shape, priced by a roofline (CostTerms.gemm_shapes; docs/cost_model.md "GEMMs").
+"""The linear layers' GEMMs by shape, priced by math and HBM traffic (CostTerms.gemm_shapes; docs/cost_model.md "GEMMs by shape").
 
 Every linear layer y = x·W (W of K × N) of one GPU of a TP group of t, with sequence parallelism (the layer's
 input is all-gathered over the TP group, so each GPU multiplies all T tokens of its rank): Megatron-Core's
@@ -19,12 +19,15 @@ shapes: dgrad dX = dY·Wᵀ (M = T, N = K, K = N) and wgrad dW = Xᵀ·dY (M = K
 router (N = E, K = h), its shared expert (as a dense MLP of f_s) and its routed experts: E / ep local experts
 per GPU, each an MLP GEMM pair of f_e with M = ep·T·k / E rows (balanced routing, cost_models.moe).
 
-Each GEMM takes max(2·M·N·K / P, bytes / B) seconds (a roofline: compute-bound at the achieved GEMM rate P,
-the calibration's ``gemm.peak_tflops``, or bound by moving its operands at the data sheet's HBM bandwidth B):
-bytes = 2·(M·K + K·N) reads + 2·M·N writes (bf16), and for wgrad 4·M·N read and written again (Megatron's
-``gradient_accumulation_fusion``, on by default, accumulates dW into the fp32 ``main_grad``). P is fitted end to
-end (cost_models/data/build_defaults.py); B is the GPU spec's. Not modelled: tile and wave quantization (a
-problem's tile count against the SM count), split-K, and the epilogues' fused bias/activation.
+Each GEMM takes 2·M·N·K / P + bytes / B seconds: its math at the achieved GEMM rate P (the calibration's
+``gemm.peak_tflops``) plus moving its operands at the data sheet's HBM bandwidth B, bytes = 2·(M·K + K·N)
+reads + 2·M·N writes (bf16), and for wgrad 4·K·N read and written again (Megatron's
+``gradient_accumulation_fusion``, on by default, accumulates dW into the fp32 ``main_grad``). A sum, not the
+roofline's max: the no-overlap bound of the roofline's two terms, and it keeps every GEMM's time affine in its
+token count, which HyDra's work model (overhead + Σ work) and the lower bound's proof (docs/bound.md,
+assumption C) need; at the sizes that dominate training (thousands of tokens) the traffic term is a few per
+cent of the math and P, fitted end to end (cost_models/data/build_defaults.py), absorbs it. Not modelled: tile
+and wave quantization (a problem's tile count against the SM count), split-K, and the epilogues' fused bias/activation.
 """
 
 from __future__ import annotations
@@ -73,13 +76,13 @@ def layer_gemms(job: JobSpec, moe_layer: bool = False) -> list[Gemm]:
 
 def gemm_s(M: np.ndarray | float, N: float, K: np.ndarray | float, peak_tflops: float, hbm_gbs: float,
            c_bytes: float = BF16) -> np.ndarray:
-    """Roofline seconds of one M × K by K × N GEMM (``c_bytes`` per output element moved); 0 at an infinite
+    """Seconds of one M × K by K × N GEMM, math + traffic (``c_bytes`` per output element moved); 0 at an infinite
     rate (a calibration whose GEMMs are free, as the kernels-alone fits and the attention-alone rows use)."""
     if not np.isfinite(peak_tflops):
         return np.zeros(np.broadcast(M, K).shape)
     flops = 2.0 * M * N * K
     nbytes = BF16 * (M * K + K * N) + c_bytes * M * N
-    return np.maximum(flops / (peak_tflops * 1e12), nbytes / (hbm_gbs * 1e9))
+    return flops / (peak_tflops * 1e12) + nbytes / (hbm_gbs * 1e9)
 
 
 def fwd_bwd_s(job: JobSpec, gemms: list[Gemm], tokens: np.ndarray, peak_tflops: float,

@@ -29,26 +29,35 @@ def test_dense_shapes_after_tp_sharding():
     assert per_token == pytest.approx(linear_fwd_flops_per_token(job().model) / 2, rel=1e-12)
 
 
-def test_compute_bound_regime_is_flops_over_the_rate():
+def test_math_plus_traffic_closed_form():
+    # each GEMM: 2MNK / P + bytes / B; forward M = T; dgrad the same with N and K swapped; wgrad (K, N, T) with
+    # the fp32 main_grad read and written (8 B per weight)
     j = job()
-    T = np.array([65536.0])
-    fwd, bwd = gemm.fwd_bwd_s(j, gemm.layer_gemms(j), T, PEAK)
-    flops = T * linear_fwd_flops_per_token(j.model) / 2
-    assert fwd[0] == pytest.approx(flops[0] / (PEAK * 1e12), rel=1e-12)
-    assert bwd[0] == pytest.approx(2 * flops[0] / (PEAK * 1e12), rel=1e-12)  # dgrad + wgrad
-
-
-def test_memory_bound_regime_is_bytes_over_hbm_bandwidth():
-    # one token: each GEMM reads its K x N weights (bf16) plus a row in and out
-    j = job()
-    fwd, bwd = gemm.fwd_bwd_s(j, gemm.layer_gemms(j), np.array([1.0]), PEAK)
     bw = j.gpu.hbm_bw_gbs * 1e9
-    want_f = sum(2.0 * (g.k + g.k * g.n + g.n) for g in gemm.layer_gemms(j)) / bw
-    # dgrad reads the weights too; wgrad reads x and dy rows and read-modify-writes the fp32 main_grad (8 B)
-    want_b = sum(2.0 * (g.n + g.n * g.k + g.k) + 2.0 * (g.k + g.n) + 8.0 * g.k * g.n
-                 for g in gemm.layer_gemms(j)) / bw
-    assert fwd[0] == pytest.approx(want_f, rel=1e-12)
-    assert bwd[0] == pytest.approx(want_b, rel=1e-12)
+    for T in (1.0, 8192.0):
+        fwd, bwd = gemm.fwd_bwd_s(j, gemm.layer_gemms(j), np.array([T]), PEAK)
+        gs = gemm.layer_gemms(j)
+        math_f = sum(2 * T * g.n * g.k for g in gs) / (PEAK * 1e12)
+        want_f = math_f + sum(2.0 * (T * g.k + g.k * g.n + T * g.n) for g in gs) / bw
+        want_b = 2 * math_f + sum(2.0 * (T * g.n + g.n * g.k + T * g.k) + 2.0 * (g.k * T + T * g.n)
+                                  + 8.0 * g.k * g.n for g in gs) / bw
+        assert fwd[0] == pytest.approx(want_f, rel=1e-12) and bwd[0] == pytest.approx(want_b, rel=1e-12)
+    # the math term is the layer's FLOPs: at 64K tokens the traffic is under 5 % of it
+    T = np.array([65536.0])
+    fwd, _ = gemm.fwd_bwd_s(j, gemm.layer_gemms(j), T, PEAK)
+    flops_s = T[0] * linear_fwd_flops_per_token(j.model) / 2 / (PEAK * 1e12)
+    assert flops_s < fwd[0] < 1.05 * flops_s
+
+
+def test_time_is_affine_in_tokens():
+    # what HyDra's work model and the bound's proof (assumption C) need: t(a) + t(b) = t(a + b) + t(0)
+    j = job("qwen3-30b-a3b", tp=1, ep=8, gpu="h100")
+
+    def t(x: float) -> float:
+        f, b = gemm.stage_s(j, np.array([x]), 0, PEAK)
+        return float(f[0] + b[0])
+
+    assert t(300.0) + t(5000.0) == pytest.approx(t(5300.0) + t(0.0), rel=1e-12)
 
 
 def test_infinite_rate_prices_no_gemm_time():
@@ -68,7 +77,7 @@ def test_moe_expert_gemms_carry_the_routed_flops_at_their_own_rows():
     assert rows == pytest.approx(8 * T * m.experts_per_token / m.experts)
     flops = sum(2 * rows * g.n * g.k * g.count for g in experts)
     assert flops == pytest.approx(2 * m.experts_per_token * m.expert_params * T, rel=1e-12)
-    # a routed expert with few rows is memory-bound: slower per FLOP than the dense GEMMs at T rows
+    # a routed expert with few rows pays its weights' traffic: more than twice its math at 64 tokens per rank
     f_small, _ = gemm.fwd_bwd_s(j, experts, np.array([64.0]), PEAK, tokens_per_expert(j, np.array([64.0])))
     flops_small = 2 * m.experts_per_token * m.expert_params * 64.0
     assert f_small[0] > 2 * flops_small / (PEAK * 1e12)

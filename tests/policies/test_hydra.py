@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, CostTerms, JobSpec, get_gpu, get_model
+from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import Engine, PolicyError, create_policy, validate_plan
 from dcpsim.policies.hydra import HyDra, rank_loads
 from dcpsim.policies.hydra.degrees import allowed_degrees, cell_degrees, engine_options
@@ -59,14 +59,11 @@ def test_registered_with_its_options() -> None:
 
 def test_work_model_adds_up_to_the_group_cost_for_gemm_attention_and_ulysses() -> None:
     """overhead + Σ work equals the cost model's price of a packed group where the costs are additive
-    (GEMMs on the token curve are affine in tokens, attention is per sequence, all-to-alls are affine): Ulysses
-    inside a node. GEMMs by shape (the default) are not affine: their roofline reads the weights once per group,
-    so the 1-token overhead probe counts a memory-bound floor that a compute-bound group does not pay again
-    (test_work_model_with_gemm_shapes)."""
+    (GEMMs are affine in tokens, attention is per sequence, all-to-alls are affine): Ulysses inside a node."""
     from dcpsim.cost_models.base import GroupBatch
 
     job = job_of(pool=8)
-    cm = AnalyticCostModel(job, terms=CostTerms.parse("all,-gemm_shapes"))
+    cm = AnalyticCostModel(job)
     L = np.array([1000, 5000, 20000])
     gb = GroupBatch(L, np.zeros(3, dtype=np.int64), np.array([8]), np.array([8]), np.array([0]))
     packed = float(cm.group_costs(gb).total_s[0])
@@ -75,29 +72,13 @@ def test_work_model_adds_up_to_the_group_cost_for_gemm_attention_and_ulysses() -
     assert ours == pytest.approx(packed, rel=1e-6)  # the overhead probe sees a 1-token attention term
 
 
-def test_work_model_with_gemm_shapes() -> None:
-    """With GEMMs by shape, overhead + Σ work undercounts a packed group: the overhead probe (1 and 2 tokens)
-    is the GEMMs' memory-bound weight read, which every sequence's time alone also pays and which the packed,
-    compute-bound group pays once. 5.4 % on this group at this commit."""
-    from dcpsim.cost_models.base import GroupBatch
-
-    cm = AnalyticCostModel(job_of(pool=8))
-    L = np.array([1000, 5000, 20000])
-    gb = GroupBatch(L, np.zeros(3, dtype=np.int64), np.array([8]), np.array([8]), np.array([0]))
-    packed = float(cm.group_costs(gb).total_s[0])
-    ours = float(group_overhead(np.array([8]), np.array([8]), cm)[0]
-                 + sequence_work(L, np.full(3, 8), np.full(3, 8), cm).sum())
-    assert 0.94 * packed < ours < packed
-
-
 def test_work_model_is_conservative_for_the_ring() -> None:
     """A ring hides one sequence's transfers behind another's attention: the sum of isolated works is an
-    upper bound of the packed group's price (GEMMs on the token curve: by shape the work model undercounts,
-    test_work_model_with_gemm_shapes)."""
+    upper bound of the packed group's price."""
     from dcpsim.cost_models.base import GroupBatch
 
     job = job_of(pool=16)
-    cm = AnalyticCostModel(job, terms=CostTerms.parse("all,-gemm_shapes"))
+    cm = AnalyticCostModel(job)
     L = np.array([2000, 3000, 200000])
     gb = GroupBatch(L, np.zeros(3, dtype=np.int64), np.array([16]), np.array([1]), np.array([0]))
     packed = float(cm.group_costs(gb).total_s[0])
