@@ -4,8 +4,8 @@ Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer grou
 ``layers_per_stage`` layers:
 
 * Linear layers (CostTerms.gemm_shapes; cost_models.gemm): each layer's GEMMs by their (M, N, K) after TP/SP
-  sharding for (Σ L / c) tokens, forward one GEMM each, backward dgrad and wgrad, at a roofline (the fitted
-  GEMM rate or HBM bandwidth). With the term off: 4h²(1 + g/a) + 6hf FLOPs / t per token per layer at the
+  sharding for (Σ L / c) tokens, forward one GEMM each, backward dgrad and wgrad, at the fitted
+  GEMM rate plus their HBM traffic. With the term off: 4h²(1 + g/a) + 6hf FLOPs / t per token per layer at the
   calibration curve's efficiency of that token count, backward 2x.
 * Attention: with dual-chunk balancing every rank does 1/c of Σ 2·L²·d·a / t; the kernel's efficiency is that
   of blocks of L / r tokens (a ring step pairs chunks of L / r; Ulysses gives each rank whole sequences with

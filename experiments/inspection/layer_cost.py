@@ -119,7 +119,7 @@ def predict(query: LayerQuery) -> dict:
     return {
         "seq_len": L, "gpu": gpu.name, "tp": query.tp, "cp": c, "engine": engine if c > 1 else "none",
         "calibration": cal.name, "attention_backend": backend,
-        "gemm_pricing": (f"shapes, roofline at {cal.gemm.peak_tflops:g} TFLOP/s or {gpu.hbm_bw_gbs:g} GB/s"
+        "gemm_pricing": (f"shapes, {cal.gemm.peak_tflops:g} TFLOP/s + traffic at {gpu.hbm_bw_gbs:g} GB/s"
                          if layer.gemm_shapes else f"token curve (peak {cal.gemm.peak_tflops:g} TFLOP/s, "
                          f"half {cal.gemm.half:g} tokens)"),
         "model": {k: getattr(model, k) for k in ("hidden", "ffn", "heads", "kv_heads", "head_dim")},
