@@ -1,4 +1,5 @@
-"""The linear layers' GEMMs by shape, priced by math and HBM traffic (CostTerms.gemm_shapes; docs/cost_model.md "GEMMs by shape").
+"""The linear layers' GEMMs by shape, priced by math and HBM traffic (CostTerms.gemm_shapes; docs/cost_model.md
+"GEMMs by shape").
 
 Every linear layer y = x·W (W of K × N) of one GPU of a TP group of t, with sequence parallelism (the layer's
 input is all-gathered over the TP group, so each GPU multiplies all T tokens of its rank): Megatron-Core's
