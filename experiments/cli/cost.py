@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     fp = r["flops"]
     rows = [["attention", ms(r["attention_fwd_s"]), ms(r["attention_bwd_s"]),
              tf(fp["attention_fwd"], r["attention_fwd_s"]), tf(fp["attention_bwd"], r["attention_bwd_s"])],
-            ["linear", ms(r["linear_fwd_s"]), ms(r["linear_bwd_s"]), tf(fp["linear_fwd"], r["linear_fwd_s"]),
+            [f"linear (GEMMs: {r['gemm_pricing']})", ms(r["linear_fwd_s"]), ms(r["linear_bwd_s"]),
+             tf(fp["linear_fwd"], r["linear_fwd_s"]),
              tf(fp["linear_bwd"], r["linear_bwd_s"])],
             ["fixed costs (layer, ring steps, microbatch)", ms(r["overhead_fwd_s"]), ms(r["overhead_bwd_s"]), "", ""],
             ["CP comm (exposed)", ms(r["cp_comm_fwd_s"]), ms(r["cp_comm_bwd_s"]), "", ""],

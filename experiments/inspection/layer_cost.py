@@ -124,6 +124,9 @@ def predict(query: LayerQuery) -> dict:
     return {
         "seq_len": L, "gpu": gpu.name, "tp": query.tp, "cp": c, "engine": engine if c > 1 else "none",
         "calibration": cal.name, "attention_backend": backend,
+        "gemm_pricing": (f"shapes, {cal.gemm.peak_tflops:g} TFLOP/s + traffic at {gpu.hbm_bw_gbs:g} GB/s"
+                         if layer.gemm_shapes else f"token curve (peak {cal.gemm.peak_tflops:g} TFLOP/s, "
+                         f"half {cal.gemm.half:g} tokens)"),
         "model": {k: getattr(model, k) for k in ("hidden", "ffn", "heads", "kv_heads", "head_dim")},
         "attention_fwd_s": float(attn.fwd_compute_s[0]), "attention_bwd_s": float(attn.bwd_compute_s[0]),
         "linear_fwd_s": float(lin.fwd_compute_s[0]), "linear_bwd_s": float(lin.bwd_compute_s[0]),
