@@ -83,7 +83,7 @@ def gemm_s(M: np.ndarray | float, N: float, K: np.ndarray | float, peak_tflops: 
         return np.zeros(np.broadcast(M, K).shape)
     flops = 2.0 * M * N * K
     nbytes = BF16 * (M * K + K * N) + c_bytes * M * N
-    return flops / (peak_tflops * 1e12) + nbytes / (hbm_gbs * 1e9)
+    return np.asarray(flops / (peak_tflops * 1e12) + nbytes / (hbm_gbs * 1e9), dtype=np.float64)
 
 
 def fwd_bwd_s(job: JobSpec, gemms: list[Gemm], tokens: np.ndarray, peak_tflops: float,

@@ -9,7 +9,7 @@ Examples:
   dcpsim calibrate my_profile.csv -o my_cluster.json --gpu h100 --report
   dcpsim calibrate attn.csv nccl.csv -o cal.json --kernel fa3 --head-dim 128 --plot fit.png
   dcpsim calibrate --runs steps.jsonl -o my_cluster.json       # fit to measured steps (docs/validation.md)
-  # regenerate the shipped H100 default (same as python -m dcpsim.cost_models.data.build_defaults):
+  # the shipped H100 default's kernel fit (build_defaults then sets its dgxc-fitted GEMM rate, step 7):
   dcpsim calibrate cost_models/data/profile_h100.csv --gpu h100 --base published \\
       --name h100-reference-fit -o cost_models/data/calibration_h100.json
 """

@@ -20,8 +20,9 @@ def test_regenerates_the_shipped_h100_calibration_byte_for_byte(tmp_path, capsys
     out = tmp_path / "h100.json"
     rc = main(["calibrate", PROFILE, "--gpu", "h100", "--base", "published", "--name", "h100-reference-fit",
                "-o", str(out)])
-    assert rc == 0
-    assert out.read_text() == (DATA / "calibration_h100.json").read_text()
+    assert rc == 0  # the shipped file is this kernel fit with the dgxc-fitted GEMM rate (build_defaults step 7)
+    shipped = (DATA / "calibration_h100.json").read_text()
+    assert build_defaults.shipped_h100(Calibration.load(out)).to_json() + "\n" == shipped
     line = capsys.readouterr().out
     assert "wrote" in line and "attn_fwd, attn_bwd" in line and "all_gather:nvlink" in line
 
@@ -32,7 +33,9 @@ def test_the_library_function_fits_writes_and_returns_what_the_command_prints(tm
     fit = calibrate_profiles([PROFILE], tmp_path / "h100.json", gpu="h100", base="published",
                              name="h100-reference-fit")
     written = fit.path.read_text()
-    assert written == (DATA / "calibration_h100.json").read_text() == fit.calibration.to_json() + "\n"
+    assert written == fit.calibration.to_json() + "\n"
+    shipped = (DATA / "calibration_h100.json").read_text()
+    assert build_defaults.shipped_h100(fit.calibration).to_json() + "\n" == shipped
     assert fit.base.name != fit.calibration.name and len(fit.profile) > 0
     fitted = {t.key for t in fit.report.terms if t.how != "base"}
     assert {"attn_fwd", "attn_bwd", "all_gather:nvlink"} <= fitted
