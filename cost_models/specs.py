@@ -6,6 +6,8 @@ A *rank* of the simulator is one tensor-parallel group of ``tp`` GPUs: TP is fol
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,13 @@ if TYPE_CHECKING:
 MLP_MATRICES = {"swiglu": 3, "gelu": 2}  # weight matrices of one MLP (gate, up, down / up, down)
 RECOMPUTE_MODES = ("none", "selective", "full")  # Megatron-LM --recompute-granularity (none: flag absent)
 RECOMPUTE_METHODS = ("uniform", "block")  # Megatron-LM --recompute-method
+
+
+# Caps on a model's sizes: not working sizes but bounds that keep every count within int64 and every per-layer
+# table small. The largest published decoders stay far below (Llama 3 405B: 126 layers, hidden 16384, vocab
+# 128256; DeepSeek-V3: 61 layers, vocab 129280).
+MAX_LAYERS = 10_000
+MAX_MODEL_DIM = 1 << 24
 
 
 def _require(cond: bool, what: str, value: object, valid: str) -> None:
@@ -66,6 +75,8 @@ class ModelSpec:
             v = getattr(self, f)
             _require(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"model.{f}", v,
                      "a positive integer")
+            cap = MAX_LAYERS if f == "layers" else MAX_MODEL_DIM
+            _require(v <= cap, f"model.{f}", v, f"at most {cap:,} (a cap far above any published model)")
         _require(self.heads % self.kv_heads == 0, "model.kv_heads", self.kv_heads,
                  f"must divide model.heads = {self.heads}")
         _require(self.mlp in MLP_MATRICES, "model.mlp", self.mlp, f"one of {', '.join(MLP_MATRICES)}")
@@ -215,8 +226,8 @@ class GPUSpec:
     def __post_init__(self) -> None:
         for f in ("peak_bf16_tflops", "hbm_gb", "hbm_bw_gbs", "nvlink_gbs", "network_gbs"):
             v = getattr(self, f)
-            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, f"gpu.{f}", v,
-                     "a positive number")
+            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf, f"gpu.{f}", v,
+                     "a positive finite number")
         for f in ("gpus_per_node", "nvlink_domain", "nics_per_node"):
             v = getattr(self, f)
             _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"gpu.{f}", v,
@@ -225,8 +236,8 @@ class GPUSpec:
                  f"a multiple of gpu.gpus_per_node = {self.gpus_per_node} (a domain is a whole number of nodes)")
         if self.nic_gbs is not None:
             v = self.nic_gbs
-            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "gpu.nic_gbs", v,
-                     "a positive number (the NIC's line rate in 10^9 bytes/s)")
+            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf, "gpu.nic_gbs",
+                     v, "a positive finite number (the NIC's line rate in 10^9 bytes/s)")
             _require(self.network_gbs <= v, "gpu.network_gbs", self.network_gbs,
                      f"at most the NIC line rate gpu.nic_gbs = {v:g} (it is NCCL's bandwidth over one NIC)")
 
