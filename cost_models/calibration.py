@@ -223,7 +223,8 @@ def _table(d: Any, origin: str, key: str, required: tuple[str, ...], optional: t
                                f"{' in ' + key if key else ''}: {', '.join(valid)}")
     missing = [k for k in required if k not in d]
     if missing:
-        raise CalibrationError(f"{origin}: key {where}{missing[0]!r} is missing; required: {', '.join(required)}")
+        raise CalibrationError(f"{origin}: key {where}{missing[0]} is missing; required"
+                               f"{' in ' + key if key else ''}: {', '.join(required)}")
     return d
 
 

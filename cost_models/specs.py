@@ -7,7 +7,6 @@ A *rank* of the simulator is one tensor-parallel group of ``tp`` GPUs: TP is fol
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -29,6 +28,16 @@ RECOMPUTE_METHODS = ("uniform", "block")  # Megatron-LM --recompute-method
 # 128256; DeepSeek-V3: 61 layers, vocab 129280).
 MAX_LAYERS = 10_000
 MAX_MODEL_DIM = 1 << 24
+
+
+# Caps on a job's sizes, refused up front with the limit named: token counts stay exact in int64 sums (as
+# traces.trace.MAX_LENGTH, 2^40, for one document), and the pool is bounded by what the simulator plans and
+# runs in minutes (experiments/bench/sim.py: the largest measured job, 11,264 GPUs, has a pool of 88).
+JOB_CAPS = {
+    "context_len": (2**40, "tokens; 2^40, far above any context window"),
+    "global_batch_tokens": (2**40, "tokens per global batch; 2^40"),
+    "pool": (2**14, "ranks per pipeline stage; 2^14, the simulator's limit"),
+}  # tp, pp and ep are bounded through what they must divide (the NVLink domain, the layers, the pool)
 
 
 def _require(cond: bool, what: str, value: object, valid: str) -> None:
@@ -299,6 +308,9 @@ class JobSpec:
         for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens", "ep"):
             v = getattr(self, f)
             _require(isinstance(v, int) and v >= 1, f"job.{f}", v, "a positive integer")
+            cap = JOB_CAPS.get(f)
+            if cap is not None:
+                _require(v <= cap[0], f"job.{f}", v, f"at most {cap[0]:,} ({cap[1]})")
         _require(self.model.heads % self.tp == 0, "job.tp", self.tp,
                  f"must divide model.heads = {self.model.heads}")
         _require(self.model.kv_heads % self.tp == 0 or self.tp % self.model.kv_heads == 0, "job.tp", self.tp,

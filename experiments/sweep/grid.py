@@ -15,6 +15,7 @@ from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.scenario.definition import Scenario
 from dcpsim.experiments.sweep.keys import code_version, point_files, task_key
 from dcpsim.experiments.sweep.task import Task
+from dcpsim.userfile import check_number
 
 TOP_KEYS = {"base", "policies", "seeds", "grid", "set", "description"}
 NOT_GRIDDABLE = {"name", "description", "policies", "seed"}
@@ -62,6 +63,12 @@ def _scenario_fields(sc: Scenario) -> dict[str, Any]:
     return d
 
 
+# The most runs (points x policies) one sweep file may ask for: at about a second per run on a core (the
+# example sweep's 180 runs take 10-20 s on 2 cores, experiments/sweeps/example.toml), 10^5 runs are about a
+# day of one core; past it the file is more likely a mistake than a plan.
+MAX_TASKS = 100_000
+
+
 def load_sweep(path: str | Path) -> Sweep:
     """Parse and check a sweep file; every problem is a :class:`ScenarioError` naming the file and key."""
     from dcpsim.experiments.runner import parse_policy_specs
@@ -105,6 +112,14 @@ def load_sweep(path: str | Path) -> Sweep:
         raise ScenarioError(f"{path}: 'policies' must be a non-empty list of policy names, got {policies!r}")
     labels = tuple(s.label for s in parse_policy_specs(",".join(policies)))
     seeds = data.get("seeds", [base.seed])
-    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and s >= 0 for s in seeds)):
+    if not (isinstance(seeds, list) and seeds):
         raise ScenarioError(f"{path}: 'seeds' must be a non-empty list of integers ≥ 0, got {seeds!r}")
-    return Sweep(str(path), base, grid, labels, tuple(seeds), fixed)
+    for i, seed in enumerate(seeds):
+        check_number(seed, f"{path}: seeds[{i}]", integer=True, ge=0, error=ScenarioError)
+    sweep = Sweep(str(path), base, grid, labels, tuple(seeds), fixed)
+    if sweep.num_points * len(labels) > MAX_TASKS:
+        raise ScenarioError(f"{path}: {sweep.num_points:,} points x {len(labels)} policies = "
+                            f"{sweep.num_points * len(labels):,} runs, over the limit of {MAX_TASKS:,}; expected "
+                            "fewer [grid] values or seeds (each run takes seconds: a sweep past the limit would "
+                            "take days)")
+    return sweep
