@@ -249,9 +249,12 @@ def _curve(d: Any, origin: str, key: str) -> SaturatingCurve:
 
 def _link(d: Any, origin: str, key: str) -> LinkModel:
     t = _table(d, origin, key, ("base_s", "hop_s", "busbw_gbs"), ())
-    return LinkModel(**{k: float(check_number(t[k], f"{origin}: {key}.{k}", error=CalibrationError,
-                                              **({"gt": 0.0} if k == "busbw_gbs" else {"ge": 0.0})))
-                        for k in ("base_s", "hop_s", "busbw_gbs")})
+    def seconds(k: str) -> float:
+        return float(check_number(t[k], f"{origin}: {key}.{k}", ge=0.0, error=CalibrationError))
+
+    return LinkModel(base_s=seconds("base_s"), hop_s=seconds("hop_s"),
+                     busbw_gbs=float(check_number(t["busbw_gbs"], f"{origin}: {key}.busbw_gbs", gt=0.0,
+                                                  error=CalibrationError)))
 
 
 def _attention_from_dict(d: Any, origin: str = "calibration") -> dict:
