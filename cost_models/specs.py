@@ -31,12 +31,14 @@ MAX_MODEL_DIM = 1 << 24
 
 
 # Caps on a job's sizes, refused up front with the limit named: token counts stay exact in int64 sums (as
-# traces.trace.MAX_LENGTH, 2^40, for one document), and the pool is bounded by what the simulator plans and
-# runs in minutes (experiments/bench/sim.py: the largest measured job, 11,264 GPUs, has a pool of 88).
+# traces.trace.MAX_LENGTH, 2^40, for one document), and the pool stays where a run ends: 2^14 ranks per stage is
+# a bound, not a working size (the largest shipped scenario, prod-11264-256k, has a pool of 88; a pool of 1,024
+# with static-cp on the default scenario took over 120 s for one iteration on 2 shared cores, measured with
+# `dcpsim compare --pool 1024 --global-batch-tokens 67108864 --policies static-cp --iterations 1`).
 JOB_CAPS = {
     "context_len": (2**40, "tokens; 2^40, far above any context window"),
     "global_batch_tokens": (2**40, "tokens per global batch; 2^40"),
-    "pool": (2**14, "ranks per pipeline stage; 2^14, the simulator's limit"),
+    "pool": (2**14, "ranks per pipeline stage; 2^14, a bound on what the simulator runs"),
 }  # tp, pp and ep are bounded through what they must divide (the NVLink domain, the layers, the pool)
 
 

@@ -13,6 +13,9 @@ and every package may import it.
   column of the first bad byte).
 - :func:`load_json` / :func:`load_toml` add the nesting-depth limit (a deeply nested document would otherwise
   end in ``RecursionError``) and the parser's own errors as one line.
+- :func:`check_number` is the one check of a number read from a user (a file's value, an option): type,
+  finiteness, the int64 range and the caller's bounds, as one line naming the file, the key, the value and
+  what is valid.
 """
 
 from __future__ import annotations
