@@ -82,3 +82,20 @@ CASES = [
     cal("dir.json", DIRECTORY, "is a directory, not a regular file; expected a calibration file"),
     cal("pipe.json", FIFO, "is a FIFO (named pipe), not a regular file", sub=True),
 ]
+
+# A profile table (dcpsim calibrate, dcpsim validate --profile): read through the same safe reader and checked
+# whole before anything else; validate names a broken table even where torch is missing.
+CASES += [
+    Case("profile-calibrate-latin1", ("calibrate", "p.csv", "-o", "c.json"), "byte b'\\xff' is not UTF-8",
+         files={"p.csv": b"op,seconds\n\xff\n"}),
+    Case("profile-calibrate-dir", ("calibrate", "p.csv", "-o", "c.json"), "p.csv: is a directory",
+         files={"p.csv": DIRECTORY}),
+    Case("profile-calibrate-fifo", ("calibrate", "p.csv", "-o", "c.json"), "p.csv: is a FIFO (named pipe)",
+         files={"p.csv": FIFO}, subprocess=True),
+    Case("profile-validate-broken", ("validate", "--profile", "p.csv"), "p.csv: missing column(s) q_len",
+         files={"p.csv": "op,seconds\nattn_fwd,abc\n"}),
+    Case("profile-validate-latin1", ("validate", "--profile", "p.csv"), "byte b'\\xff' is not UTF-8",
+         files={"p.csv": b"op,seconds\n\xff\n"}),
+    Case("profile-validate-fifo", ("validate", "--profile", "p.csv"), "p.csv: is a FIFO (named pipe)",
+         files={"p.csv": FIFO}, subprocess=True),
+]
