@@ -40,6 +40,12 @@ CASES = [
              "expected a calibration file", extra={"c.json": DIRECTORY}),
     scenario("calibration_bad.toml", 'calibration = "c.json"\n', "c.json: key name is missing",
              extra={"c.json": "{}"}),
+    scenario("options_int64.toml", "[policy_options]\ncp_degree = 100000000000000000000\n",
+             f"[policy_options] policy 'static-cp': option cp_degree = 100000000000000000000 is invalid: expected "
+             f"an integer ≥ 1, or None ({INT64}"),
+    scenario("options_nan.toml", "[policy_options]\ntolerance = nan\n", "option tolerance = nan is invalid"),
+    scenario("slow_ranks_nan.toml", 'slow_ranks = "3=nan"\n', "slow_ranks: '3=nan': factor 'nan' is invalid"),
+    scenario("stragglers_range.toml", 'stragglers = "fraction=2"\n', "stragglers: fraction = 2.0 is invalid"),
     scenario("trace_mu.toml", 'trace = "lognormal:mu=1000,sigma=1"\n', "parameter 'mu' = 1000 is invalid"),
     scenario("latin1.toml", b"pool = 16\n# \xfe\n", "byte b'\\xfe' is not UTF-8"),
     scenario("deep.toml", "a = " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
