@@ -264,7 +264,7 @@ def _attention_from_dict(d: Any, origin: str = "calibration") -> dict:
         key = f"attention.{name}"
         t = _table(backends[name], origin, key, ("kernel", *ATTENTION_KEYS), ("derived",))
         derived = t.get("derived", [])
-        if not isinstance(derived, list) or not all(isinstance(x, str) for x in derived):
+        if not isinstance(derived, (list, tuple)) or not all(isinstance(x, str) for x in derived):
             raise CalibrationError(f"{origin}: {key}.derived = {_short(derived)} is invalid: expected a list of "
                                    "strings (which curves were derived, and how)")
         out[str(name)] = AttentionCurves(kernel=_string(t["kernel"], f"{origin}: {key}.kernel"),
