@@ -36,6 +36,7 @@ from dcpsim.cost_models.fixed_costs import FIELDS as FIXED_FIELDS
 from dcpsim.cost_models.fixed_costs import PUBLISHED as FIXED_PUBLISHED
 from dcpsim.cost_models.fixed_costs import SOURCE as FIXED_SOURCE
 from dcpsim.cost_models.specs import GPUSpec
+from dcpsim.userfile import check_number, load_json
 
 LINKS = ("nvlink", "network")
 COLLECTIVES = ("send_recv", "all_to_all", "all_gather", "reduce_scatter", "all_reduce")
@@ -132,11 +133,6 @@ class AttentionCurves:
         d = {k: {"peak_tflops": self.curve(k).peak_tflops, "half": self.curve(k).half} for k in ATTENTION_KEYS}
         return d | {"kernel": self.kernel, "derived": list(self.derived)}
 
-    @staticmethod
-    def from_dict(d: Mapping) -> AttentionCurves:
-        return AttentionCurves(kernel=str(d["kernel"]), derived=tuple(d.get("derived", ())),
-                               **{k: SaturatingCurve(**d[k]) for k in ATTENTION_KEYS})
-
 
 @dataclass(frozen=True)
 class Calibration:
@@ -187,36 +183,94 @@ class Calibration:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @staticmethod
-    def from_dict(d: Mapping, origin: str = "calibration") -> Calibration:
-        try:
-            return Calibration(
-                name=str(d["name"]),
-                attn_fwd=SaturatingCurve(**d["attn_fwd"]),
-                attn_bwd=SaturatingCurve(**d["attn_bwd"]),
-                gemm=SaturatingCurve(**d["gemm"]),
-                comm={str(k): LinkModel(**v) for k, v in d.get("comm", {}).items()},
-                source=str(d.get("source", "")),
-                **{f: float(d.get(f, FIXED_PUBLISHED[f])) for f in FIXED_FIELDS},
-                attention=_attention_from_dict(d.get("attention", {})),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise CalibrationError(f"{origin}: missing or malformed field {e}; expected keys name, attn_fwd, "
-                                   "attn_bwd, gemm (each with peak_tflops, half) and comm, optionally "
-                                   f"{', '.join(FIXED_FIELDS)} (seconds)") from None
+    def from_dict(d: Any, origin: str = "calibration") -> Calibration:
+        """The calibration a JSON document describes; every key, type and value is checked (one
+        CalibrationError line naming the origin, the key, the value and what is valid)."""
+        top = _table(d, origin, "", ("name", "attn_fwd", "attn_bwd", "gemm"),
+                     ("comm", "source", "attention", *FIXED_FIELDS))
+        comm = _table(top.get("comm", {}), origin, "comm", (), tuple(f"{op}:{ln}" for op in COLLECTIVES
+                                                                      for ln in LINKS))
+        return Calibration(
+            name=_string(top["name"], f"{origin}: name"),
+            attn_fwd=_curve(top["attn_fwd"], origin, "attn_fwd"),
+            attn_bwd=_curve(top["attn_bwd"], origin, "attn_bwd"),
+            gemm=_curve(top["gemm"], origin, "gemm"),
+            comm={k: _link(v, origin, f"comm.{k}") for k, v in comm.items()},
+            source=_string(top.get("source", ""), f"{origin}: source"),
+            **{f: float(check_number(top.get(f, FIXED_PUBLISHED[f]), f"{origin}: {f}", ge=0.0,
+                                     error=CalibrationError)) for f in FIXED_FIELDS},
+            attention=_attention_from_dict(top.get("attention", {}), origin),
+        )
 
     @staticmethod
     def load(path: str | Path) -> Calibration:
         p = Path(path)
-        try:
-            return Calibration.from_dict(json.loads(p.read_text()), origin=str(p))
-        except OSError as e:
-            raise CalibrationError(f"cannot read calibration file {p}: {e.strerror}") from None
-        except json.JSONDecodeError as e:
-            raise CalibrationError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        return Calibration.from_dict(load_json(p, "calibration file (JSON)", error=CalibrationError),
+                                     origin=str(p))
 
 
-def _attention_from_dict(d: Mapping) -> dict:
-    return {str(k): AttentionCurves.from_dict(v) for k, v in sorted(d.items())}
+def _table(d: Any, origin: str, key: str, required: tuple[str, ...], optional: tuple[str, ...]) -> Mapping:
+    """``d`` if it is a JSON object holding every ``required`` key and no key outside ``required`` and
+    ``optional`` (an empty ``optional`` and ``required`` allow any key)."""
+    valid = (*required, *optional)
+    if not isinstance(d, Mapping):
+        raise CalibrationError(f"{origin}: {key or 'the document'} = {_short(d)} is invalid: expected a JSON "
+                               f"object{' with keys ' + ', '.join(valid) if valid else ''}")
+    where = f"{key}." if key else ""
+    unknown = sorted(str(k) for k in d if k not in valid)
+    if unknown and valid:
+        raise CalibrationError(f"{origin}: unknown key {where}{unknown[0]} (check its spelling); valid keys"
+                               f"{' in ' + key if key else ''}: {', '.join(valid)}")
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise CalibrationError(f"{origin}: key {where}{missing[0]} is missing; required"
+                               f"{' in ' + key if key else ''}: {', '.join(required)}")
+    return d
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _string(v: Any, where: str) -> str:
+    if not isinstance(v, str):
+        raise CalibrationError(f"{where} = {_short(v)} is invalid: expected a string")
+    return v
+
+
+def _curve(d: Any, origin: str, key: str) -> SaturatingCurve:
+    t = _table(d, origin, key, ("peak_tflops", "half"), ())
+    return SaturatingCurve(
+        peak_tflops=float(check_number(t["peak_tflops"], f"{origin}: {key}.peak_tflops", gt=0.0,
+                                       error=CalibrationError)),
+        half=float(check_number(t["half"], f"{origin}: {key}.half", ge=0.0, error=CalibrationError)))
+
+
+def _link(d: Any, origin: str, key: str) -> LinkModel:
+    t = _table(d, origin, key, ("base_s", "hop_s", "busbw_gbs"), ())
+    def seconds(k: str) -> float:
+        return float(check_number(t[k], f"{origin}: {key}.{k}", ge=0.0, error=CalibrationError))
+
+    return LinkModel(base_s=seconds("base_s"), hop_s=seconds("hop_s"),
+                     busbw_gbs=float(check_number(t["busbw_gbs"], f"{origin}: {key}.busbw_gbs", gt=0.0,
+                                                  error=CalibrationError)))
+
+
+def _attention_from_dict(d: Any, origin: str = "calibration") -> dict:
+    backends = _table(d, origin, "attention", (), ())
+    out = {}
+    for name in sorted(backends, key=str):
+        key = f"attention.{name}"
+        t = _table(backends[name], origin, key, ("kernel", *ATTENTION_KEYS), ("derived",))
+        derived = t.get("derived", [])
+        if not isinstance(derived, (list, tuple)) or not all(isinstance(x, str) for x in derived):
+            raise CalibrationError(f"{origin}: {key}.derived = {_short(derived)} is invalid: expected a list of "
+                                   "strings (which curves were derived, and how)")
+        out[str(name)] = AttentionCurves(kernel=_string(t["kernel"], f"{origin}: {key}.kernel"),
+                                         derived=tuple(derived),
+                                         **{k: _curve(t[k], origin, f"{key}.{k}") for k in ATTENTION_KEYS})
+    return out
 
 
 def published_calibration(gpu: GPUSpec) -> Calibration:

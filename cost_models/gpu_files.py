@@ -17,7 +17,6 @@ file, the field, the value and what is valid.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,7 @@ from typing import Any
 from dcpsim.cost_models.errors import SpecError
 from dcpsim.cost_models.presets import GPUS, get_gpu
 from dcpsim.cost_models.specs import GPUSpec
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from dcpsim.userfile import check_number, load_toml
 
 _FIELDS = {f.name: f for f in dataclasses.fields(GPUSpec)}
 _INT_FIELDS = ("gpus_per_node", "nvlink_domain", "nics_per_node")
@@ -40,14 +35,10 @@ REQUIRED = tuple(n for n, f in _FIELDS.items()
 
 
 def _check_type(origin: str, key: str, v: Any) -> None:
-    if key in _STR_FIELDS:
-        ok, want = isinstance(v, str), "a string"
-    elif key in _INT_FIELDS:
-        ok, want = isinstance(v, int) and not isinstance(v, bool), "an integer"
-    else:
-        ok, want = isinstance(v, (int, float)) and not isinstance(v, bool), "a number"
-    if not ok:
-        raise SpecError(f"{origin}: gpu.{key} = {v!r} is invalid: expected {want}")
+    if key not in _STR_FIELDS:  # type, finiteness and the int64 range here; the ranges: GPUSpec
+        check_number(v, f"{origin}: gpu.{key}", integer=key in _INT_FIELDS, error=SpecError)
+    elif not isinstance(v, str):
+        raise SpecError(f"{origin}: gpu.{key} = {v!r} is invalid: expected a string")
 
 
 def gpu_from_mapping(d: Mapping[str, Any], origin: str) -> GPUSpec:
@@ -91,13 +82,7 @@ def gpu_from_mapping(d: Mapping[str, Any], origin: str) -> GPUSpec:
 def load_gpu_file(path: str | Path) -> GPUSpec:
     """The GPU described by the TOML file ``path``."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except OSError as e:
-        raise SpecError(f"cannot read GPU file {p}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"{p}: not valid TOML ({e})") from None
-    return gpu_from_mapping(data, str(p))
+    return gpu_from_mapping(load_toml(p, "GPU file (TOML)", error=SpecError), str(p))
 
 
 def resolve_gpu(gpu: str | Mapping[str, Any] | GPUSpec, origin: str = "gpu") -> GPUSpec:

@@ -29,18 +29,12 @@ Refused with one line: an unknown family, a missing or mistyped field, sliding-w
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from dcpsim.cost_models.errors import SpecError
 from dcpsim.cost_models.specs import ModelSpec
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from dcpsim.userfile import check_number, load_json, load_toml
 
 DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe")
@@ -112,23 +106,12 @@ def load_model_file(path: str | Path) -> ModelSpec:
     suffix = p.suffix.lower()
     if suffix not in (".json", ".toml"):
         raise SpecError(f"{p}: a model file must end in .json (Hugging Face config) or .toml (model spec)")
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise SpecError(f"cannot read model file {p}: {e.strerror}") from None
     if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SpecError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        data = load_json(p, "model file (Hugging Face config.json)", error=SpecError)
         if not isinstance(data, dict):
             raise SpecError(f"{p}: a config.json must hold one JSON object, got {type(data).__name__}")
         return from_hf_config(data, str(p))
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"{p}: not valid TOML ({e})") from None
-    return from_toml_mapping(data, str(p))
+    return from_toml_mapping(load_toml(p, "model file (TOML model spec)", error=SpecError), str(p))
 
 
 # ---- Hugging Face config.json ----------------------------------------------------------------------------
@@ -136,13 +119,14 @@ def _family(cfg: dict[str, Any], origin: str) -> str:
     mt = cfg.get("model_type")
     if mt is None:
         archs = cfg.get("architectures") or []
-        mt = _ARCHITECTURES.get(archs[0]) if isinstance(archs, list) and archs else None
+        mt = _ARCHITECTURES.get(archs[0]) if isinstance(archs, list) and archs and isinstance(archs[0], str) \
+            else None
         if mt is None:
             raise SpecError(
                 f"{origin}: no 'model_type' and no known 'architectures' entry ({archs!r}); "
                 f"valid model_type: {', '.join(FAMILIES)}"
             )
-    if mt not in FAMILIES:
+    if not isinstance(mt, str) or mt not in FAMILIES:
         raise SpecError(f"{origin}: model_type = {mt!r} is not supported; valid: {', '.join(FAMILIES)}")
     return mt
 
@@ -151,9 +135,7 @@ def _int(cfg: dict[str, Any], key: str, origin: str, default: int | None = None,
     v = cfg.get(key, default)
     if v is None:
         raise SpecError(f"{origin}: field {key!r} is missing; expected an integer ≥ {minimum}")
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise SpecError(f"{origin}: field {key!r} = {v!r} is invalid; expected an integer ≥ {minimum}")
-    return v
+    return int(check_number(v, f"{origin}: field {key!r}", integer=True, ge=minimum, error=SpecError))
 
 
 def _bool(cfg: dict[str, Any], key: str, origin: str, default: bool = False) -> bool:
@@ -176,10 +158,12 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> ModelSpe
     if _bool(cfg, "mlp_bias", origin):
         raise SpecError(f"{origin}: field 'mlp_bias' = true is not supported; valid: false")
     window = cfg.get("sliding_window")
+    if window is not None:
+        _int(cfg, "sliding_window", origin)
     if (
         window is not None
-        and cfg.get("use_sliding_window", fam in ("mistral", "mixtral"))
-        and window < cfg.get("max_position_embeddings", window + 1)
+        and _bool(cfg, "use_sliding_window", origin, fam in ("mistral", "mixtral"))
+        and window < _int(cfg, "max_position_embeddings", origin, default=window + 1)
     ):
         raise SpecError(
             f"{origin}: field 'sliding_window' = {window!r}: sliding-window attention is not "
@@ -282,8 +266,8 @@ def from_toml_mapping(data: dict[str, Any], origin: str = "model.toml") -> Model
         if k not in data:
             raise SpecError(f"{origin}: field {k!r} is missing; required: {', '.join(TOML_REQUIRED)}")
     for k, v in data.items():
-        if k in _TOML_INT and (isinstance(v, bool) or not isinstance(v, int)):
-            raise SpecError(f"{origin}: field {k!r} = {v!r} is invalid; expected an integer")
+        if k in _TOML_INT:
+            check_number(v, f"{origin}: field {k!r}", integer=True, error=SpecError)
         if k in _TOML_BOOL and not isinstance(v, bool):
             raise SpecError(f"{origin}: field {k!r} = {v!r} is invalid; expected true or false")
         if k in _TOML_STR and not isinstance(v, str):

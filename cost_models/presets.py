@@ -13,6 +13,8 @@ published, the link's data-sheet rate times the efficiency measured on H100 (:da
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dcpsim.cost_models.errors import SpecError
 from dcpsim.cost_models.model_files import model_from_path
 from dcpsim.cost_models.specs import GPUSpec, ModelSpec
@@ -127,6 +129,9 @@ def get_model(name: str) -> ModelSpec:
     model = model_from_path(name)
     if model is not None:
         return model
+    if Path(name).is_dir():
+        raise SpecError(f"{name}: the folder holds no config.json; expected a Hugging Face model folder with a "
+                        "config.json, a model .json/.toml file or a preset, one of " + ", ".join(sorted(MODELS)))
     raise SpecError(f"unknown model preset {name!r}; valid: {', '.join(sorted(MODELS))}, or a Hugging Face "
                     "config.json or a model .toml file")
 

@@ -45,6 +45,7 @@ q·kv without mask, kv·m − m²/2 with m = min(q, kv) under a causal mask (L²
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -54,6 +55,7 @@ import pandas as pd
 from dcpsim.cost_models.calibration import COLLECTIVES, LINKS
 from dcpsim.cost_models.errors import CalibrationError
 from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
+from dcpsim.userfile import read_text
 
 ATTENTION_OPS = ("attn_fwd", "attn_bwd")
 FWD_BWD_OP = "attn_fwd_bwd"  # forward + backward of one call timed together (the FlashAttention-2 paper's figures)
@@ -165,12 +167,9 @@ def validate_profile(raw: pd.DataFrame, origin: str = "profile") -> pd.DataFrame
 def read_profile(path: str | Path) -> pd.DataFrame:
     """Read and validate one profile CSV (see the module docstring)."""
     p = Path(path)
+    text = read_text(p, "profile table (CSV)", error=CalibrationError)
     try:
-        raw = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
-    except FileNotFoundError:
-        raise CalibrationError(f"cannot read profile table {p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CalibrationError(f"cannot read profile table {p}: {e}") from None
+        raw = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
     except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
         raise CalibrationError(f"{p}: not a CSV profile table ({str(e).strip()})") from None
     return validate_profile(raw, origin=str(p))

@@ -6,6 +6,7 @@ A *rank* of the simulator is one tensor-parallel group of ``tp`` GPUs: TP is fol
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,25 @@ MLP_MATRICES = {"swiglu": 3, "gelu": 2}  # weight matrices of one MLP (gate, up,
 MOE_DISPATCHERS = ("alltoall", "flex")  # Megatron --moe-token-dispatcher-type values dcpsim prices
 RECOMPUTE_MODES = ("none", "selective", "full")  # Megatron-LM --recompute-granularity (none: flag absent)
 RECOMPUTE_METHODS = ("uniform", "block")  # Megatron-LM --recompute-method
+
+
+# Caps on a model's sizes: not working sizes but bounds that keep every count within int64 and every per-layer
+# table small. The largest published decoders stay far below (Llama 3 405B: 126 layers, hidden 16384, vocab
+# 128256; DeepSeek-V3: 61 layers, vocab 129280).
+MAX_LAYERS = 10_000
+MAX_MODEL_DIM = 1 << 24
+
+
+# Caps on a job's sizes, refused up front with the limit named: token counts stay exact in int64 sums (as
+# traces.trace.MAX_LENGTH, 2^40, for one document), and the pool stays where a run ends: 2^14 ranks per stage is
+# a bound, not a working size (the largest shipped scenario, prod-11264-256k, has a pool of 88; a pool of 1,024
+# with static-cp on the default scenario took over 120 s for one iteration on 2 shared cores, measured with
+# `dcpsim compare --pool 1024 --global-batch-tokens 67108864 --policies static-cp --iterations 1`).
+JOB_CAPS = {
+    "context_len": (2**40, "tokens; 2^40, far above any context window"),
+    "global_batch_tokens": (2**40, "tokens per global batch; 2^40"),
+    "pool": (2**14, "ranks per pipeline stage; 2^14, a bound on what the simulator runs"),
+}  # tp, pp and ep are bounded through what they must divide (the NVLink domain, the layers, the pool)
 
 
 def _require(cond: bool, what: str, value: object, valid: str) -> None:
@@ -67,6 +87,8 @@ class ModelSpec:
             v = getattr(self, f)
             _require(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"model.{f}", v,
                      "a positive integer")
+            cap = MAX_LAYERS if f == "layers" else MAX_MODEL_DIM
+            _require(v <= cap, f"model.{f}", v, f"at most {cap:,} (a cap far above any published model)")
         _require(self.heads % self.kv_heads == 0, "model.kv_heads", self.kv_heads,
                  f"must divide model.heads = {self.heads}")
         _require(self.mlp in MLP_MATRICES, "model.mlp", self.mlp, f"one of {', '.join(MLP_MATRICES)}")
@@ -216,8 +238,8 @@ class GPUSpec:
     def __post_init__(self) -> None:
         for f in ("peak_bf16_tflops", "hbm_gb", "hbm_bw_gbs", "nvlink_gbs", "network_gbs"):
             v = getattr(self, f)
-            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, f"gpu.{f}", v,
-                     "a positive number")
+            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf, f"gpu.{f}", v,
+                     "a positive finite number")
         for f in ("gpus_per_node", "nvlink_domain", "nics_per_node"):
             v = getattr(self, f)
             _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"gpu.{f}", v,
@@ -226,8 +248,8 @@ class GPUSpec:
                  f"a multiple of gpu.gpus_per_node = {self.gpus_per_node} (a domain is a whole number of nodes)")
         if self.nic_gbs is not None:
             v = self.nic_gbs
-            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "gpu.nic_gbs", v,
-                     "a positive number (the NIC's line rate in 10^9 bytes/s)")
+            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf, "gpu.nic_gbs",
+                     v, "a positive finite number (the NIC's line rate in 10^9 bytes/s)")
             _require(self.network_gbs <= v, "gpu.network_gbs", self.network_gbs,
                      f"at most the NIC line rate gpu.nic_gbs = {v:g} (it is NCCL's bandwidth over one NIC)")
 
@@ -295,6 +317,9 @@ class JobSpec:
         for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens", "ep"):
             v = getattr(self, f)
             _require(isinstance(v, int) and v >= 1, f"job.{f}", v, "a positive integer")
+            cap = JOB_CAPS.get(f)
+            if cap is not None:
+                _require(v <= cap[0], f"job.{f}", v, f"at most {cap[0]:,} ({cap[1]})")
         _require(self.model.heads % self.tp == 0, "job.tp", self.tp,
                  f"must divide model.heads = {self.model.heads}")
         _require(self.model.kv_heads % self.tp == 0 or self.tp % self.model.kv_heads == 0, "job.tp", self.tp,

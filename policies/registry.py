@@ -49,6 +49,7 @@ from typing import (
 )
 
 from dcpsim.policies.errors import PolicyError
+from dcpsim.userfile import INT64_MAX
 
 if TYPE_CHECKING:  # only for annotations: importing cost_models here would load scipy for 'dcpsim --help'
     from dcpsim.cost_models.base import CostModel
@@ -147,6 +148,8 @@ class OptionType:
             ok = isinstance(value, str)
         if not ok:
             raise ValueError(f"expected {self.describe()}")
+        if self.base is int and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            raise ValueError(f"expected {self.describe()} (outside the int64 range ±{INT64_MAX:,})")
         value = self.base(value)
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"expected {self.describe()}")

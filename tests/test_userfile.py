@@ -93,3 +93,38 @@ def test_bad_toml_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserFileError, match="not valid TOML") as info:
         userfile.load_toml(p)
     assert "\n" not in str(info.value)
+
+
+# ---- check_number: the one check of a user's number ------------------------------------------------------
+def test_check_number_accepts_the_bounds_and_refuses_what_lies_outside():
+    from dcpsim.userfile import INT64_MAX, UserFileError, check_number
+
+    assert check_number(0, "f: k", ge=0) == 0 and check_number(1.5, "f: k", gt=1, le=1.5) == 1.5
+    assert check_number(INT64_MAX, "f: k", integer=True) == INT64_MAX
+    assert check_number(-INT64_MAX - 1, "f: k", integer=True) == -INT64_MAX - 1
+    cases = [  # (value, options, the message's tail)
+        (INT64_MAX + 1, {"integer": True}, "expected an integer (outside the int64 range ±9,223,372,036,854,775,807)"),
+        (-INT64_MAX - 2, {}, "outside the int64 range"),
+        (float("nan"), {}, "expected a finite number"),
+        (float("-inf"), {"ge": 0}, "expected a finite number ≥ 0"),
+        (True, {"integer": True}, "expected an integer"),
+        ("3", {}, "expected a finite number"),
+        (2.0, {"integer": True}, "expected an integer"),
+        (0, {"gt": 0}, "expected a finite number > 0"),
+        (-1e-9, {"ge": 0}, "≥ 0"),
+        (11, {"ge": 1, "le": 10, "integer": True}, "expected an integer ≥ 1 and ≤ 10"),
+        (None, {}, "expected a finite number"),
+    ]
+    for value, options, tail in cases:
+        with pytest.raises(UserFileError) as e:
+            check_number(value, "my.toml: gpu.hbm_gb", **options)
+        message = str(e.value)
+        assert message.startswith("my.toml: gpu.hbm_gb = ") and tail in message and "\n" not in message, message
+
+
+def test_check_number_shortens_a_huge_integer_and_raises_the_callers_error():
+    from dcpsim.userfile import check_number
+
+    with pytest.raises(KeyError) as e:
+        check_number(10**400, "f: n", integer=True, error=KeyError)
+    assert "an integer of 401 digits" in str(e.value) and len(str(e.value)) < 200

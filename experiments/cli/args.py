@@ -11,14 +11,8 @@ from dcpsim.policies.registry import OptionType
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer ≥ 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be ≥ 1")
-    return v
+    """argparse type: an integer ≥ 1 (within int64), checked as every typed option is (:func:`typed`)."""
+    return typed(int, ge=1)(text)
 
 
 def typed(base: type, *, ge: float | None = None, gt: float | None = None,

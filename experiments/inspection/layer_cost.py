@@ -92,6 +92,9 @@ def predict(query: LayerQuery) -> dict:
     model = build_model(query)
     gpu = resolve_gpu(query.gpu)
     L, c = query.seq_len, query.cp
+    if c > L:
+        raise ScenarioError(f"--cp {c:,} over --seq-len {L:,} leaves {L / c:.2g} tokens per rank; expected --cp at "
+                            f"most --seq-len = {L:,} (every CP rank holds at least one token)")
     job = JobSpec(model=model, gpu=gpu, tp=query.tp, pp=1, pool=query.pool or c, context_len=L,
                   global_batch_tokens=L, tp_comm_overlap=query.tp_comm_overlap,
                   attention_backend=query.attention_backend, recompute=query.recompute, ep=query.ep, etp=query.etp,

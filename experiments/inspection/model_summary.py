@@ -34,7 +34,7 @@ def describe(m: ModelSpec) -> dict[str, Any]:
     if m.layers - m.moe_layers:
         per_layer["dense_mlp"] = m.dense_mlp_params
         per_layer["dense_layer_total"] = m.attn_params + m.dense_mlp_params + m.norm_params_per_layer
-    if m.is_moe:
+    if m.moe_layers:  # a MoE model may list every layer as dense: then it has no MoE layer to describe
         moe_layer = next(i for i in range(m.layers) if m.is_moe_layer(i))
         per_layer.update(
             router=m.router_params,

@@ -10,7 +10,6 @@ registry.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,7 @@ from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO, Scenario
 from dcpsim.policies.errors import PolicyError
 from dcpsim.policies.registry import OPTION_METADATA, OptionType, check_shared_options
 from dcpsim.policies.spec import parse_policy_specs
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from dcpsim.userfile import load_toml
 
 SCENARIO_DIR = Path(__file__).parents[1] / "scenarios"  # experiments/scenarios/
 
@@ -109,12 +104,7 @@ def scenario_from_mapping(d: dict[str, Any], origin: str) -> Scenario:
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
     """The TOML table in ``path``; unreadable or invalid files are a ScenarioError naming the file."""
-    try:
-        return tomllib.loads(path.read_text())
-    except OSError as e:
-        raise ScenarioError(f"cannot read {what} file {path}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{path}: not valid TOML ({e})") from None
+    return load_toml(path, f"{what} file (TOML)", error=ScenarioError)
 
 
 def load_scenario(name_or_path: str) -> Scenario:
@@ -129,7 +119,7 @@ def load_scenario(name_or_path: str) -> Scenario:
                                 "(or a path to a .toml file)")
     data = read_toml(path, "scenario")
     data.setdefault("name", path.stem)
-    for key in ("model", "trace"):  # a relative file path is relative to the scenario file
+    for key in ("model", "trace", "calibration"):  # a relative file path is relative to the scenario file
         v = data.get(key)
         if isinstance(v, str) and Path(v).suffix and not Path(v).is_absolute() and not Path(v).exists() \
                 and (path.parent / v).exists():

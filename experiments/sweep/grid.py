@@ -15,13 +15,15 @@ from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.scenario.definition import Scenario
 from dcpsim.experiments.sweep.keys import code_version, point_files, task_key
 from dcpsim.experiments.sweep.task import Task
+from dcpsim.userfile import check_number
 
 TOP_KEYS = {"base", "policies", "seeds", "grid", "set", "description"}
 NOT_GRIDDABLE = {"name", "description", "policies", "seed"}
 # The most tasks one sweep runs: the driver builds every task (its key hashed) before the first one runs and
 # holds them all; 'python experiments/bench/sweep.py --tasks 20000 --keys-only' measured 0.17 ms and 0.9 KiB
 # per task (2 shared cores, 2026-12-02), so 10^5 tasks is ~17 s and ~90 MiB before any work, 10^7 would be
-# ~30 minutes and ~9 GiB: refused up front instead.
+# ~30 minutes and ~9 GiB: refused up front instead (and at about a second per run, 10^5 runs are a day of
+# one core: past it the file is more likely a mistake than a plan).
 MAX_TASKS = 100_000
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ def _scenario_fields(sc: Scenario) -> dict[str, Any]:
     return d
 
 
+
+
 def load_sweep(path: str | Path) -> Sweep:
     """Parse and check a sweep file; every problem is a :class:`ScenarioError` naming the file and key."""
     from dcpsim.experiments.runner import parse_policy_specs
@@ -124,8 +128,10 @@ def load_sweep(path: str | Path) -> Sweep:
         raise ScenarioError(f"{path}: 'policies' must be a non-empty list of policy names, got {policies!r}")
     labels = tuple(s.label for s in parse_policy_specs(",".join(policies)))
     seeds = data.get("seeds", [base.seed])
-    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and s >= 0 for s in seeds)):
+    if not (isinstance(seeds, list) and seeds):
         raise ScenarioError(f"{path}: 'seeds' must be a non-empty list of integers ≥ 0, got {seeds!r}")
+    for i, seed in enumerate(seeds):
+        check_number(seed, f"{path}: seeds[{i}]", integer=True, ge=0, error=ScenarioError)
     sweep = Sweep(str(path), base, grid, labels, tuple(seeds), fixed)
     check_size(sweep)
     return sweep

@@ -81,8 +81,10 @@ def check_settings(settings: ValidateSettings) -> None:
     for item in wanted:
         if item.split(":")[0] in have:  # unregistered ones are skipped later, with a note
             parse_policy_specs(item)
-    if settings.profile and not Path(settings.profile).is_file():
-        raise ScenarioError(f"--profile {settings.profile}: no such file (a profile CSV from an earlier validate run)")
+    if settings.profile:  # read and checked whole here, so a broken table is named before torch is asked for
+        from dcpsim.cost_models.profile_table import read_profile
+
+        read_profile(settings.profile)
     try:
         import torch  # noqa: F401
     except ImportError:

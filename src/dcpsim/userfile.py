@@ -13,11 +13,15 @@ and every package may import it.
   column of the first bad byte).
 - :func:`load_json` / :func:`load_toml` add the nesting-depth limit (a deeply nested document would otherwise
   end in ``RecursionError``) and the parser's own errors as one line.
+- :func:`check_number` is the one check of a number read from a user (a file's value, an option): type,
+  finiteness, the int64 range and the caller's bounds, as one line naming the file, the key, the value and
+  what is valid.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -25,8 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "UserFileError", "check_regular", "load_json", "load_toml",
-           "open_regular", "read_bytes", "read_text"]
+__all__ = ["INT64_MAX", "MAX_BYTES", "MAX_DEPTH", "UserFileError", "check_number", "check_regular", "load_json",
+           "load_toml", "open_regular", "read_bytes", "read_text"]
 
 MAX_BYTES = 1 << 30  # 1 GiB: far above any trace, model, GPU or calibration file; a cap, not a working size
 MAX_DEPTH = 64  # nesting levels of lists/objects/tables; the project's files use at most 4
@@ -187,3 +191,34 @@ def load_toml(path: str | os.PathLike[str], what: str = "TOML file", *,
     if depth > max_depth:
         raise error(_too_deep(source, depth, max_depth, what))
     return data
+
+
+# ---- values read from a user's file or command line ------------------------------------------------------
+INT64_MAX = 2**63 - 1
+
+
+def check_number(value: Any, where: str, *, error: type[Exception] = UserFileError, integer: bool = False,
+                 ge: float | None = None, gt: float | None = None, le: float | None = None) -> Any:
+    """``value`` if it is a finite number (an integer when ``integer``; booleans and strings refused) within
+    the bounds, else ``error("<where> = <value> is invalid: expected ...")``: ``where`` names the file and
+    the key (``"my.toml: gpu.hbm_gb"``). Integers beyond int64 and floats beyond float64 are refused with
+    that range, so no value overflows later. The one check of a number a user gave."""
+    lo = f" > {gt:g}" if gt is not None else f" ≥ {ge:g}" if ge is not None else ""
+    hi = f" and ≤ {le:g}" if le is not None else ""
+    want = f"{'an integer' if integer else 'a finite number'}{lo}{hi}"
+    shown = f"an integer of {len(str(abs(value)))} digits" if isinstance(value, int) and abs(value) > 10**30 \
+        else repr(value)
+
+    def bad(extra: str = "") -> Exception:
+        return error(f"{where} = {shown} is invalid: expected {want}{extra}")
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+        raise bad()
+    if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise bad(f" (outside the int64 range ±{INT64_MAX:,})")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise bad()
+    if (gt is not None and not value > gt) or (ge is not None and not value >= ge) or \
+            (le is not None and not value <= le):
+        raise bad()
+    return value

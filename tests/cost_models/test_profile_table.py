@@ -134,7 +134,7 @@ def test_missing_column_is_named(tmp_path):
 
 
 def test_unreadable_or_empty_files(tmp_path):
-    with pytest.raises(CalibrationError, match="no such file"):
+    with pytest.raises(CalibrationError, match="file not found"):
         read_profile(tmp_path / "nope.csv")
     empty = tmp_path / "empty.csv"
     empty.write_text("")

@@ -101,7 +101,7 @@ def test_bad_profile_exits_2_with_one_line(tmp_path, capsys, row, needle):
     (["--device", "b200"], "no profile rows of device 'b200'"),
     (["--kernel", "fa9"], "no attention rows of kernel 'fa9'"),
     (["--gpu", "v100"], "unknown GPU preset 'v100'"),
-    (["--base", "/nonexistent/base.json"], "cannot read calibration file"),
+    (["--base", "/nonexistent/base.json"], "base.json: file not found; expected an existing calibration file"),
 ])
 def test_bad_options_exit_2_with_one_line(tmp_path, capsys, extra, needle):
     assert main(["calibrate", PROFILE, "-o", str(tmp_path / "x.json"), *extra]) == 2
@@ -111,7 +111,7 @@ def test_bad_options_exit_2_with_one_line(tmp_path, capsys, extra, needle):
 
 def test_missing_profile_and_unwritable_output(tmp_path, capsys):
     assert main(["calibrate", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "x.json")]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "nope.csv: file not found; expected an existing profile table" in capsys.readouterr().err
     assert main(["calibrate", PROFILE, "-o", str(tmp_path / "no" / "dir" / "x.json")]) == 2
     assert "no/dir does not exist" in capsys.readouterr().err  # checked before the fit
 

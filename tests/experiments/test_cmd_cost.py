@@ -124,7 +124,7 @@ def test_table_output(capsys):
     (["--model", "gpt5", "--seq-len", "1000"], "unknown model preset 'gpt5'"),
     (["--heads", "6", "--kv-heads", "4", "--seq-len", "1000"], "kv_heads"),
     (["--model", "llama3-8b", "--seq-len", "1000", "--calibration", "/nonexistent.json"],
-     "cannot read calibration"),
+     "/nonexistent.json: file not found; expected an existing calibration file"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, args, needle):
     assert main(["cost", *args]) == 2

@@ -157,7 +157,7 @@ def _corpus(tmp_path: Path) -> list[tuple[list[str], str]]:
         ),
         (["model", _write(tmp_path, "mlp.toml", TOML_OK + 'mlp = "relu"\n')], "model.mlp = 'relu'"),
         (["model", _write(tmp_path, "miss.toml", "hidden = 256\n")], "field 'ffn' is missing"),
-        (["model", str(tmp_path / "nothere.json")], "cannot read model file"),
+        (["model", str(tmp_path / "nothere.json")], "nothere.json: file not found; expected an existing model file"),
         (["model", "llama-9000"], "unknown model preset 'llama-9000'"),
         (
             ["compare", "--model", "mixtral-8x7b", "--ep", "16", "--pool", "16"],
@@ -196,3 +196,19 @@ def test_the_trace_example_in_docs_models_md_is_current(capsys):
     assert main(["trace", "256k", "--count", "50000"]) == 0
     out = capsys.readouterr().out
     assert f"$ dcpsim trace 256k --count 50000\n{out}" in doc
+
+
+def test_a_moe_toml_whose_every_layer_is_dense_counts_as_its_dense_model(tmp_path, capsys):
+    """It used to end in StopIteration (no MoE layer to describe); its counts are the dense model's."""
+    dense = "hidden = 1024\nffn = 4096\nlayers = 4\nheads = 8\nvocab = 1000\n"
+    (tmp_path / "dense.toml").write_text(dense)
+    (tmp_path / "moe.toml").write_text(dense + "experts = 8\nexperts_per_token = 2\nexpert_ffn = 512\n"
+                                       "dense_layers = [0, 1, 2, 3]\n")
+    out = {}
+    for name in ("dense", "moe"):
+        assert main(["model", str(tmp_path / f"{name}.toml"), "--json"]) == 0
+        out[name] = json.loads(capsys.readouterr().out)
+    assert out["moe"]["layers"] == {"dense": 4, "moe": 0}
+    for key in ("params_active", "linear_fwd_flops_per_token"):
+        assert out["moe"][key] == out["dense"][key]
+    assert "moe_layer_total" not in out["moe"]["params_per_layer"]

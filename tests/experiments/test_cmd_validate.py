@@ -149,7 +149,7 @@ def test_clear_errors_before_torch(capsys, monkeypatch, tmp_path):
     assert "none of the policies ['nope'] is registered" in capsys.readouterr().err
     assert exit_code(["validate", "--repeats", "0", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "argument --repeats: 0 must be ≥ 1" in err and err.count("\n") == 1
+    assert "argument --repeats: '0' is invalid: expected an integer ≥ 1" in err and err.count("\n") == 1
     assert main(["validate", "--model", "no-such-model", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no-such-model" in err and err.count("\n") == 1

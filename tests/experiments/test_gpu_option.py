@@ -46,7 +46,7 @@ def test_bad_scenario_gpu_table_names_the_file(tmp_path):
     s.write_text('[gpu]\nbase = "h100"\nhbm_gb = 0\n')
     with pytest.raises(Exception) as e:
         load_scenario(str(s))
-    assert f"{s} [gpu]: gpu.hbm_gb = 0 is invalid: a positive number" in str(e.value)
+    assert f"{s} [gpu]: gpu.hbm_gb = 0 is invalid: a positive finite number" in str(e.value)
     s.write_text("gpu_spec = 3\n")
     with pytest.raises(ScenarioError, match="'gpu_spec' must be a table"):
         load_scenario(str(s))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dcpsim.experiments.cli import main
@@ -53,3 +55,20 @@ def test_scenarios_command_lists_them(capsys):
     out = capsys.readouterr().out
     for name in SHIPPED:
         assert name in out
+
+
+def test_a_relative_calibration_path_resolves_next_to_the_scenario(tmp_path, monkeypatch):
+    """Like model, trace and gpu: a scenario in another folder names its calibration relative to itself."""
+    import shutil
+
+    from dcpsim.cost_models.calibration import DATA_DIR, Calibration
+    from dcpsim.experiments.scenario.files import load_scenario
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    shutil.copy(DATA_DIR / "calibration_h200.json", folder / "mine.json")
+    (folder / "s.toml").write_text('calibration = "mine.json"\n')
+    monkeypatch.chdir(tmp_path)  # mine.json is not in the working directory
+    sc = load_scenario("study/s.toml")
+    assert sc.calibration is not None and Path(sc.calibration).resolve() == (folder / "mine.json").resolve()
+    assert Calibration.load(sc.calibration) == Calibration.load(DATA_DIR / "calibration_h200.json")
