@@ -10,8 +10,9 @@ from dcpsim.experiments.replay.runlog import LogError
 from dcpsim.experiments.replay.stats import ErrorStats
 
 
-def write_scatter(path: str, rows: Sequence[tuple[str, Replayed]], overall: ErrorStats) -> None:
-    """Predicted against measured (ms), one colour per dataset, the y = x line; written all or nothing."""
+def write_scatter(path: str, rows: Sequence[tuple[str, Replayed]], overall: ErrorStats, log: bool = False) -> None:
+    """Predicted against measured (ms), one colour per dataset, the y = x line (``log``: log-log axes, for
+    datasets of different scales); written all or nothing."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -27,6 +28,8 @@ def write_scatter(path: str, rows: Sequence[tuple[str, Replayed]], overall: Erro
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax.set(xlabel="measured (ms)", ylabel="predicted (ms)", xlim=(lo, hi), ylim=(lo, hi),
            title=f"replay: n={overall.n}, MAPE {overall.mape:.1%}, mean error {overall.mean_error:+.1%}")
+    if log:
+        ax.set(xscale="log", yscale="log")
     ax.legend(fontsize=6)
     fig.tight_layout()
     p = Path(path)
