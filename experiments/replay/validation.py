@@ -141,5 +141,8 @@ def write_docs(table: StepsTable, doc: str | Path) -> Path:
     write_scatter(str(scatter), pts, error_stats([r.predicted_s for _, r in pts], [r.measured_s for _, r in pts]),
                   log=True)
     body = f"{BEGIN}\n{markdown(table)}\n{END}"
-    p.write_text(pattern.sub(lambda _m: body, text), encoding="utf-8")
+    try:
+        p.write_text(pattern.sub(lambda _m: body, text), encoding="utf-8")
+    except OSError as e:
+        raise LogError(f"--write-docs {p}: cannot write it ({e.strerror})") from None
     return scatter
