@@ -3,8 +3,10 @@
 Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer groups), for one rank, one stage of
 ``layers_per_stage`` layers:
 
-* Linear layers: (Σ L / c) tokens · 4h²(1 + g/a) + 6hf FLOPs / t per layer, at the GEMM efficiency of that
-  token count. Backward 2x.
+* Linear layers (CostTerms.gemm_shapes; cost_models.gemm): each layer's GEMMs by their (M, N, K) after TP/SP
+  sharding for (Σ L / c) tokens, forward one GEMM each, backward dgrad and wgrad, at the fitted
+  GEMM rate plus their HBM traffic. With the term off: 4h²(1 + g/a) + 6hf FLOPs / t per token per layer at the
+  calibration curve's efficiency of that token count, backward 2x.
 * Attention: with dual-chunk balancing every rank does 1/c of Σ 2·L²·d·a / t; the kernel's efficiency is that
   of blocks of L / r tokens (a ring step pairs chunks of L / r; Ulysses gives each rank whole sequences with
   a/u heads). Backward 2.5x forward.
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dcpsim.cost_models import kernels, moe, recompute
+from dcpsim.cost_models import gemm, kernels, moe, recompute
 from dcpsim.cost_models.analytic_comm import AnalyticCommunication
 from dcpsim.cost_models.analytic_pricing import AnalyticPricing
 from dcpsim.cost_models.attention_backends import default_backend
@@ -133,7 +135,7 @@ class AnalyticCostModel(AnalyticCommunication):
         G = len(size)
         tpr = tokens / size
 
-        lin_f = self._linear_fwd_s(tpr, stage)
+        lin_f, lin_b = self._linear_s(tpr, stage)
 
         att_flops = attention_fwd_flops(L, m)
         if t != 1:  # x / 1 is x
@@ -168,7 +170,7 @@ class AnalyticCostModel(AnalyticCommunication):
         else:
             cp_f, cp_b = (ring_f + a2a) * nl, (ring_b + a2a) * nl
         fwd = lin_f + att_f
-        bwd = LINEAR_BWD_FACTOR * lin_f + att_b
+        bwd = lin_b + att_b
         if self.terms.kernels:  # memory-bound operators by bytes moved (cost_models.kernels)
             kern_f, kern_b = self._memoized(f"kernels{stage}", lambda: kernels.per_token_s(job, stage))
             fwd = fwd + tpr * kern_f
@@ -217,7 +219,12 @@ class AnalyticCostModel(AnalyticCommunication):
             # forward), whatever job.moe_recompute says: the MoE-only recompute applies to the other layers,
             # and the re-run forward dispatches again (ep_comm_s doubles the backward for moe_recompute only).
             full = recompute.recomputed_fraction(job) if self.terms.recompute and job.recompute == "full" else 0.0
-            bwd = bwd + (1.0 - full) * moe.recompute_bwd_s(job, cal, tpr, stage)
+            if self.terms.gemm_shapes:
+                n_moe = moe.stage_layers(job, stage)[1] if job.moe_recompute else 0
+                redo = n_moe * gemm.moe_mlp_fwd_s(job, tpr, cal.gemm.peak_tflops)
+            else:
+                redo = moe.recompute_bwd_s(job, cal, tpr, stage)
+            bwd = bwd + (1.0 - full) * redo
             if full and not job.moe_recompute:
                 ep_b = ep_b + full * ep_f
         return fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b
@@ -280,17 +287,23 @@ class AnalyticCostModel(AnalyticCommunication):
             tp_f = tp_b = np.zeros_like(tpr)
         return fwd, bwd, tp_f, tp_b
 
-    def _linear_fwd_s(self, tpr: np.ndarray, stage: int = 0) -> np.ndarray:
-        """Forward seconds of the stage's linear layers (QKV/O projections, SwiGLU MLP) for ``tpr`` tokens
-        per rank, on one GPU of the TP group. The one place the GEMMs are priced; a MoE model's stage goes
-        through cost_models.moe (router, grouped expert GEMMs, shared expert; dense layers as here)."""
+    def _linear_s(self, tpr: np.ndarray, stage: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Forward and backward seconds of the stage's linear layers (QKV/O projections, MLP; a MoE layer's
+        router, shared and routed experts) for ``tpr`` tokens per rank, on one GPU of the TP group. The one
+        place the layers' GEMMs are priced: by shape (cost_models.gemm, CostTerms.gemm_shapes) or, with that
+        term off, by FLOPs on the calibration's token curve with the backward 2x (cost_models.moe for a MoE
+        model)."""
         job = self.job
+        if self.terms.gemm_shapes:
+            return gemm.stage_s(job, tpr, stage, self._cal.gemm.peak_tflops)
         if job.model.is_moe:
-            return moe.linear_fwd_s(job, self._cal, tpr, stage)
+            fwd = moe.linear_fwd_s(job, self._cal, tpr, stage)
+            return fwd, LINEAR_BWD_FACTOR * fwd
         lin_flops = tpr * self._memoized("lin_per_token", lambda: linear_fwd_flops_per_token(job.model))
         if job.tp != 1:  # x / 1 is x
             lin_flops = lin_flops / job.tp
-        return self._cal.gemm.seconds(lin_flops * job.layers_per_stage, tpr)
+        fwd = self._cal.gemm.seconds(lin_flops * job.layers_per_stage, tpr)
+        return fwd, LINEAR_BWD_FACTOR * fwd
 
     def optimizer_s(self, stage: int) -> float:
         """Adam on one GPU's shard, bound by HBM bandwidth."""

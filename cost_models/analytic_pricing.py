@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dcpsim.cost_models import moe
 from dcpsim.cost_models.pricing import GroupCostsPricing
 
 if TYPE_CHECKING:
@@ -79,6 +80,19 @@ class AnalyticPricing(GroupCostsPricing):
 
     def ulysses_floor(self, tpr: np.ndarray, u: np.ndarray) -> np.ndarray | float:
         return self.cost_model.ulysses_floor(tpr, u)
+
+    def ep_floor(self, tpr: np.ndarray, stage: int) -> tuple[np.ndarray | float, np.ndarray | float]:
+        """cost_models.moe.ep_comm_floor's line at ``tpr``: the forward's floor; the backward the same, twice
+        with MoE recompute (the re-run forward dispatches again), as ``moe.ep_comm_s`` prices them."""
+        cm = self.cost_model
+        job = cm.job
+        if not job.model.is_moe:
+            return 0.0, 0.0
+        alpha, beta = moe.ep_comm_floor(job, cm._cal, stage, cm._p2p_bytes_scale(), by_destination=cm.terms.links)
+        if alpha == 0.0 and beta == 0.0:
+            return 0.0, 0.0
+        f = alpha + beta * np.asarray(tpr, dtype=np.float64)
+        return f, (2.0 if job.moe_recompute else 1.0) * f
 
     # ---- alone totals -------------------------------------------------------------------------------------
     def alone_stage_totals(self, lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,

@@ -134,7 +134,7 @@ class Pricing(Protocol):
     ``prices_fixed_costs(cm)``                                  :meth:`prices_fixed_costs`
     ==========================================================  ===============================================
 
-    and sim/bound.py reads :meth:`compute_stage_classes` and :meth:`ulysses_floor`.
+    and sim/bound.py reads :meth:`compute_stage_classes`, :meth:`ulysses_floor` and :meth:`ep_floor`.
     """
 
     def stage_classes(self) -> tuple[int, ...]:
@@ -183,6 +183,12 @@ class Pricing(Protocol):
         backward) of a group with inner degree ``u`` holding ``tpr`` tokens per rank, affine in ``tpr``, below
         the CP communication the model prices wherever the group sits (docs/bound.md, assumption U). The
         default is 0 (CP communication is never negative)."""
+        ...
+
+    def ep_floor(self, tpr: np.ndarray, stage: int) -> tuple[np.ndarray | float, np.ndarray | float]:
+        """(forward, backward) lower bounds on the exposed MoE expert-parallel communication seconds per rank
+        (``GroupCosts.fwd_ep_comm_s`` / ``bwd_ep_comm_s``) of a group at ``stage`` holding ``tpr`` tokens per
+        rank, affine in ``tpr``, wherever the group sits (docs/bound.md, assumption E). The default is 0."""
         ...
 
 

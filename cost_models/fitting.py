@@ -303,8 +303,10 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
     terms: list[OpFit] = []
     fwd, bwd = base.attn_fwd, base.attn_bwd
     kfc, kbc = (kernel, "attn_fwd", 1, d), (kernel, "attn_bwd", 1, d)
+    fitted_rows: dict[str, pd.DataFrame] = {}  # the rows of each fitted curve term (checked below for one size)
     if kfc in groups:
         fwd = groups[kfc]
+        fitted_rows["attn_fwd"] = rows[kfc]
         terms.append(_curve_term("attn_fwd", rows[kfc], fwd, "fitted", f"{kernel} causal d{d}"))
     else:
         terms.append(OpFit("attn_fwd", "base", {"peak_tflops": fwd.peak_tflops, "half": fwd.half},
@@ -313,6 +315,7 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
                if kernel and d is not None else None)
     if kbc in groups:
         bwd = groups[kbc]
+        fitted_rows["attn_bwd"] = rows[kbc]
         terms.append(_curve_term("attn_bwd", rows[kbc], bwd, "fitted", f"{kernel} causal d{d}"))
     elif derived is not None:
         bwd = derived
@@ -328,6 +331,7 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
     g_rows = profile[profile["op"] == "gemm"]
     if len(g_rows):
         gemm = _fit_rows(g_rows)
+        fitted_rows["gemm"] = g_rows
         terms.append(_curve_term("gemm", g_rows, gemm, "fitted"))
     else:
         terms.append(OpFit("gemm", "base", {"peak_tflops": gemm.peak_tflops, "half": gemm.half},
@@ -382,21 +386,34 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
     cal = Calibration(name=name, attn_fwd=fwd, attn_bwd=bwd, gemm=gemm, comm=dict(sorted(comm.items())),
                       source=src, **{f: getattr(base, f) for f in FIXED_FIELDS})
     backends = dict(base.attention)
+    fitted_backends: dict[str, AttentionCurves] = {}
     if d is not None:
         mine = {(k[0], k[1], k[2]): c for k, c in groups.items() if k[3] == d}
         fb = profile[(profile["op"] == FWD_BWD_OP) & (profile["head_dim"] == d)]
         fwd_bwd = {(str(k), int(c)): (row_size(g), row_flops(g) / (1 + ATTENTION_BWD_FACTOR),
                                       g["seconds"].to_numpy(np.float64))
                    for (k, c), g in fb.groupby(["kernel", "causal"], sort=True)}
-        backends.update(fit_backends(mine, {(k[0], k[1], k[2]): np.unique(row_size(rows[k]))
-                                            for k in groups if k[3] == d}, fwd_bwd))
+        fitted_backends = fit_backends(mine, {(k[0], k[1], k[2]): np.unique(row_size(rows[k]))
+                                              for k in groups if k[3] == d}, fwd_bwd)
+        backends.update(fitted_backends)
     cal = replace(cal, attention=dict(sorted(backends.items())))
     profiled = {backend_of_kernel(k[0]) for k in groups}
     for backend, ac in sorted(backends.items()):
-        derived_names = ", ".join(ac.derived) or "none"
-        terms.append(OpFit(f"attention:{backend}", "fitted" if backend in profiled else "base",
-                           {"peak_tflops": ac.fwd_causal.peak_tflops, "half": ac.fwd_causal.half},
-                           note=f"causal forward of kernel {ac.kernel} d{d}; derived: {derived_names}"))
+        params = {"peak_tflops": ac.fwd_causal.peak_tflops, "half": ac.fwd_causal.half}
+        if backend in fitted_backends:   # what was written: the fitted curves, or the base's where none fit
+            note = f"causal forward of kernel {ac.kernel} d{d}; derived: {', '.join(ac.derived) or 'none'}"
+            terms.append(OpFit(f"attention:{backend}", "fitted", params, note=note))
+        else:
+            why = (f"the profile's rows do not give all four curves (causal forward, and a full forward and "
+                   f"backward to derive from); from {base.name}" if backend in profiled
+                   else f"not profiled; from {base.name}")
+            terms.append(OpFit(f"attention:{backend}", "base", params, note=why))
+    for t in terms:
+        g = fitted_rows.get(t.key)
+        if t.how == "fitted" and g is not None and np.unique(row_size(g)).size < 2:
+            warnings.append(f"{t.key}: {t.rows} profile row(s) at one size fix only the peak "
+                            f"({t.params['peak_tflops']:g} TFLOP/s); the half-saturation size is set to 0 "
+                            f"(no slowdown of small calls): profile at least two sizes")
     cal, layer_terms = fit_layer_overhead(profile, cal)
     cal, ring_terms = fit_ring_overhead(profile, cal)
     layer_terms = layer_terms + ring_terms

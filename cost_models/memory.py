@@ -105,12 +105,13 @@ def step_copy_bytes(job: JobSpec, stage: int) -> float:
 
 def model_state_parts(job: JobSpec, stage: int) -> tuple[float, float, float]:
     """Weights, gradients and optimizer shard bytes on one GPU of ``stage``. Routed experts are split over the
-    ep ranks of an EP group (weights and gradients / (t·ep)); their optimizer states over the pool / ep ranks
-    of expert data parallelism, which is 1 / (t·W) per parameter as for the dense part."""
+    ETP · ep GPUs of an expert-model-parallel group (weights and gradients / (ETP·ep)); their optimizer states
+    over the t·W / (ETP·ep) ranks of expert data parallelism, which is 1 / (t·W) per parameter as for the dense
+    part."""
     w, g, o = state_bytes_per_param(job)
     experts = stage_expert_params(job, stage) if job.model.is_moe else 0
     dense = (stage_params(job, stage) - experts) / job.tp
-    local = dense + experts / job.tp / job.ep
+    local = dense + experts / job.expert_tp / job.ep
     return local * w, local * g, (dense + experts / job.tp) * o / job.pool
 
 
@@ -121,7 +122,10 @@ def model_state_bytes(job: JobSpec, stage: int) -> float:
     if job.model.is_moe:
         experts = stage_expert_params(job, stage)
         dense = stage_params(job, stage) - experts
-        return dense / job.tp * (w + g + o / job.pool) + experts / job.tp * ((w + g) / job.ep + o / job.pool)
+        if job.expert_tp == job.tp:
+            return dense / job.tp * (w + g + o / job.pool) + experts / job.tp * ((w + g) / job.ep + o / job.pool)
+        return (dense / job.tp * (w + g + o / job.pool)
+                + experts * ((w + g) / (job.expert_tp * job.ep) + o / (job.tp * job.pool)))
     return stage_params(job, stage) / job.tp * (w + g + o / job.pool)
 
 

@@ -7,9 +7,9 @@ one microbatch), per MoE layer, forward:
 * Attention projections: 2 · attn_params · T / t FLOPs, at the GEMM efficiency of T tokens (as a dense layer).
 * Router: 2 · h · E · T / t FLOPs (the gate GEMM), at T tokens.
 * Routed experts: 2 · k · expert_params · T / t FLOPs, as a grouped GEMM whose per-expert problems have
-  M = ep · T · k / E rows: the ep ranks of the EP group each send their T tokens to k of the E experts, and
-  with balanced routing every expert receives the same share. The efficiency is the calibration's GEMM
-  curve at that M (a grouped GEMM runs each expert's GEMM as its own tile set: CUTLASS grouped GEMM,
+  M = ep · T · k / E rows (· ETP / t when ETP ≠ t): the ep ranks of the EP group each send their T tokens to
+  k of the E experts, and with balanced routing every expert receives the same share. The efficiency is the
+  calibration's GEMM curve at that M (a grouped GEMM runs each expert's GEMM as its own tile set: CUTLASS grouped GEMM,
   Megatron-Core's ``--moe-grouped-gemm``), so many experts with few tokens each cost more per FLOP.
 * Shared expert: 2 · shared_params · T / t FLOPs at T tokens (Qwen2-MoE).
 * Expert-parallel all-to-all (Megatron-Core ``MoEAlltoAllTokenDispatcher``): a dispatch before the experts
@@ -18,9 +18,12 @@ one microbatch), per MoE layer, forward:
   by the calibration's all_to_all model on NVLink when the EP group's GPUs share an NVLink domain; else
   (CostTerms.links) the share addressed to the ep − L destinations in other domains crosses at the network
   rate (L: the fewest EP-group members in one domain; bytes / the GPU's NIC share) while the L − 1 local
-  ones go over NVLink at the same time, and without that term the whole buffer crosses at the network rate. With t >
-  1 the dispatcher all-gathers the received tokens over the TP group and
-  reduce-scatters them after the experts (T · k · h · 2 bytes, NVLink). The backward repeats both
+  ones go over NVLink at the same time, and without that term the whole buffer crosses at the network rate. With
+  ETP > 1 the dispatcher all-gathers the received tokens over the ETP group and reduce-scatters them after the
+  experts (T · k · h · 2 · ETP / t bytes, NVLink). With ``JobSpec.moe_dispatcher`` = flex (Megatron-Core's
+  flex dispatcher over DeepEP) a token crosses the network once per destination domain holding one of its
+  experts and is fanned out over NVLink there, and inside a domain goes once per destination GPU
+  (:func:`flex_copies`; docs/cost_model.md). The backward repeats both
   (gradients of dispatch and combine travel the same way). Fully exposed (Megatron-Core overlaps the EP
   all-to-all only with its ``--overlap-moe-expert-parallel-comm`` schedule, off by default).
 * Backward compute: 2x forward, as every GEMM.
@@ -30,14 +33,16 @@ one microbatch), per MoE layer, forward:
   makes long contexts fit: without it a token keeps k · (2h + 6 f_e) bytes per MoE layer for its experts
   (Qwen3-30B-A3B: 70 KB, as much as the whole dense part of the layer).
 
-EP placement: Megatron-Core carves the EP group from the DP × CP ranks of a stage with TP fastest
-(``parallel_state`` "expert" rank order TP-EP-DP-PP with expert TP = TP), so pool ranks
-⌊w / ep⌋·ep .. +ep−1 form one EP group and expert data parallelism (EDP) spans the pool / ep groups.
+EP placement (``JobSpec.etp``, Megatron's ``--expert-tensor-parallel-size``, default TP): Megatron-Core orders
+a stage's tp · cp · dp GPUs for the experts etp-ep-dp (``parallel_state``'s expert rank generator), so the
+stage's GPUs fall into blocks of ETP · EP and one block's EP group holds GPUs ETP apart
+(cost_models.topology.expert_group_gpus); expert data parallelism (EDP) spans the t · W / (ETP · EP) blocks.
+At ETP = TP the block is pool ranks ⌊w / ep⌋·ep .. +ep−1; at ETP = 1 with EP ≤ 8 it is one HGX node.
 
 Memory and gradient sync: a GPU holds the dense part of its stage (attention, router, shared expert, dense
-layers) / t and the routed experts / (t · ep); the distributed optimizer shards the dense part's fp32 states
-over the pool (W) and the experts' over EDP = W / ep ranks, which puts 12 · P_e / (t · W) bytes of them on a
-GPU either way. The gradient sync reduce-scatters / all-gathers the dense part over the pool and the expert
+layers) / t and the routed experts / (ETP · ep); the distributed optimizer shards the dense part's fp32 states
+over the pool (W) and the experts' over EDP = t · W / (ETP · ep) ranks, which puts 12 · P_e / (t · W) bytes of
+them on a GPU either way. The gradient sync reduce-scatters / all-gathers the dense part over the pool and the expert
 part over EDP. Activations of a MoE layer (selective recompute, Korthikanti et al. 2022's accounting): the
 dense layer's 34 · h bytes per token less its MLP's 19 · h, plus the router input (2h), and per routed copy
 the expert input (2h), the gate and up outputs (4 · f_e) and the down-projection input (2 · f_e), and the same
@@ -53,11 +58,13 @@ that an EP all-to-all synchronises the ranks of one EP group even when they belo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dcpsim.cost_models.calibration import Calibration
 from dcpsim.cost_models.specs import JobSpec, ModelSpec
-from dcpsim.cost_models.topology import domain_of, spans_domains
+from dcpsim.cost_models.topology import domain_counts, expert_group_gpus
 
 BF16_BYTES = 2.0
 # Bytes per token per hidden unit a dense layer keeps (Korthikanti et al. 2022, selective recompute).
@@ -77,9 +84,11 @@ def stage_expert_params(job: JobSpec, stage: int) -> int:
 
 
 def tokens_per_expert(job: JobSpec, tpr: np.ndarray | float) -> np.ndarray:
-    """Rows M of each expert's GEMM: ep · T · k / E for T tokens per rank (balanced routing)."""
+    """Rows M of each expert's GEMM: ep · T · k / E for T tokens per rank (balanced routing), times ETP / TP
+    when the experts are sharded over ETP ≠ TP GPUs (an expert shard then sees the tokens of ETP GPUs' T / t)."""
     m = job.model
-    return job.ep * np.asarray(tpr, dtype=np.float64) * m.experts_per_token / m.experts
+    rows = job.ep * np.asarray(tpr, dtype=np.float64) * m.experts_per_token / m.experts
+    return rows if job.expert_tp == job.tp else rows * job.expert_tp / job.tp
 
 
 def moe_mlp_fwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray) -> np.ndarray:
@@ -123,21 +132,48 @@ def linear_fwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, stage: int) ->
     return out
 
 
+def _ep_counts(job: JobSpec, stage: int, first_rank: np.ndarray) -> np.ndarray:
+    """[n, k] members of each group's EP group (:func:`~cost_models.topology.expert_group_gpus`) per domain."""
+    return domain_counts(job, expert_group_gpus(job, stage, first_rank))
+
+
 def ep_group_crosses(job: JobSpec, stage: int, first_rank: np.ndarray) -> np.ndarray:
-    """Whether the EP group of pool rank ``first_rank`` (ranks ⌊w/ep⌋·ep .. +ep−1) spans NVLink domains."""
-    first = np.asarray(first_rank, dtype=np.int64) // job.ep * job.ep
-    return spans_domains(job, stage, first, job.ep)
+    """Whether the EP group of pool rank ``first_rank`` (Megatron's expert order etp-ep-dp:
+    cost_models.topology.expert_group_gpus) spans NVLink domains."""
+    return (_ep_counts(job, stage, first_rank) > 0).sum(axis=1) > 1
 
 
 def ep_local_members(job: JobSpec, stage: int, first_rank: np.ndarray) -> np.ndarray:
-    """L per group: the fewest members of its EP group (ranks ⌊w/ep⌋·ep .. +ep−1) that share one NVLink
-    domain. A GPU in that domain addresses ep − L of its ep all-to-all destinations across domains."""
-    first = np.atleast_1d(np.asarray(first_rank, dtype=np.int64)) // job.ep * job.ep
-    dom = domain_of(job, stage, first[:, None] + np.arange(job.ep))
-    rel = dom - dom[:, :1]
-    counts = np.zeros((first.size, int(rel.max()) + 1))
-    np.add.at(counts, (np.repeat(np.arange(first.size), job.ep), rel.ravel()), 1.0)
+    """L per group: the fewest members of its EP group that share one NVLink domain. A GPU in that domain
+    addresses ep − L of its ep all-to-all destinations across domains."""
+    counts = _ep_counts(job, stage, first_rank)
     return np.where(counts > 0, counts, np.inf).min(axis=1)
+
+
+def hit_probability(job: JobSpec, members: np.ndarray | float) -> np.ndarray:
+    """P(a token's k distinct experts include one of the E · n / ep experts that ``members`` = n GPUs of the
+    EP group hold): 1 − C(E − E·n/ep, k) / C(E, k), uniform routing without node limit."""
+    m = job.model
+    E, k, ep = m.experts, m.experts_per_token, job.ep
+    n = np.atleast_1d(np.asarray(members, dtype=np.float64))
+    uniq, inv = np.unique(n, return_inverse=True)
+    total = math.comb(E, k)
+    miss = np.array([math.comb(E - int(round(E * x / ep)), k) / total for x in uniq.tolist()])
+    return (1.0 - miss)[inv.reshape(n.shape)]
+
+
+def flex_copies(job: JobSpec, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per token of a GPU in its EP group's smallest domain (L members), the copies the flex (DeepEP)
+    dispatcher moves: (across the network: one per other domain holding one of its experts,
+    Σ_{d ≠ own} p(n_d); over NVLink: one per other GPU of its own domain holding one, (L − 1)·p(1), plus the
+    fan-out of the tokens that arrive from other domains, as many as it sends by symmetry, each to
+    (L − 1)·p(1)/p(L) other GPUs of the domain). ``counts``: [n, k] members per domain (:func:`_ep_counts`)."""
+    L = np.where(counts > 0, counts, np.inf).min(axis=1)
+    p_dom = np.where(counts > 0, hit_probability(job, np.maximum(counts, 1.0)), 0.0)
+    remote = p_dom.sum(axis=1) - hit_probability(job, L)
+    p1 = float(hit_probability(job, 1.0)[0])
+    local = (L - 1) * p1 * (1.0 + remote / hit_probability(job, L))
+    return remote, local
 
 
 def ep_comm_layer_s(
@@ -147,14 +183,19 @@ def ep_comm_layer_s(
     crosses: np.ndarray,
     net_bytes_scale: float = 1.0,
     local: np.ndarray | None = None,
+    counts: np.ndarray | None = None,
+    remote_only: bool = False,
 ) -> np.ndarray:
     """Exposed EP communication of one MoE layer, forward (the backward is the same), per GPU: dispatch and
-    combine all-to-alls over the EP group, and with t > 1 the TP all-gather / reduce-scatter of the
+    combine all-to-alls over the EP group, and with ETP > 1 the ETP all-gather / reduce-scatter of the
     received tokens. ``net_bytes_scale`` multiplies the bytes of an all-to-all that crosses NVLink domains
     (1 / the GPU's share of a NIC: cost_models.topology.p2p_nic_share, every GPU sending on its own rail).
     ``local`` (L per group, :func:`ep_local_members`): only the ep − L destinations in other domains go over
     the network, concurrently with the L − 1 on NVLink; None: a crossing all-to-all runs wholly at the
-    network rate (the rule of the first version for any group that spans nodes)."""
+    network rate (the rule of the first version for any group that spans nodes). ``counts`` (members per
+    domain, needed for ``job.moe_dispatcher`` = flex): the flex dispatcher's copies (:func:`flex_copies`).
+    ``remote_only``: a crossing all-to-all by destination priced by its network part alone (a lower bound:
+    the bound's floor, :func:`ep_comm_floor`)."""
     m, ep = job.model, job.ep
     tpr = np.asarray(tpr, dtype=np.float64)
     routed_bytes = tpr * m.experts_per_token * m.hidden * BF16_BYTES
@@ -162,16 +203,35 @@ def ep_comm_layer_s(
     if ep > 1:
         buf = routed_bytes / job.tp  # nccl-tests buffer; the link model moves (ep − 1)/ep of it
         nv_link, net_link = cal.link("all_to_all", "nvlink"), cal.link("all_to_all", "network")
-        nv = nv_link.seconds("all_to_all", buf, ep)
-        if local is None:
-            net = net_link.seconds("all_to_all", net_bytes_scale * buf, ep)
-        else:  # per-destination shares: (ep − L)/(ep − 1) of the moved bytes remote, (L − 1)/(ep − 1) local
-            remote = net_link.seconds("all_to_all", net_bytes_scale * buf * (ep - local) / (ep - 1), ep)
-            net = np.maximum(remote, nv_link.seconds("all_to_all", buf * (local - 1) / (ep - 1), ep))
+        if job.moe_dispatcher == "flex":
+            if counts is None:
+                raise ValueError("ep_comm_layer_s: the flex dispatcher needs counts (members per domain)")
+            # buffers whose moved (ep − 1)/ep share is copies · T/t · h · 2 bytes
+            tok = tpr * m.hidden * BF16_BYTES / job.tp * ep / (ep - 1)
+            rem, loc = flex_copies(job, counts)
+            p1 = float(hit_probability(job, 1.0)[0])
+            nv = nv_link.seconds("all_to_all", tok * (ep - 1) * p1, ep)
+            remote = net_link.seconds("all_to_all", net_bytes_scale * tok * rem, ep)
+            if local is None:
+                net = net_link.seconds("all_to_all", net_bytes_scale * tok * (rem + loc), ep)
+            elif remote_only:
+                net = remote
+            else:
+                net = np.maximum(remote, nv_link.seconds("all_to_all", tok * loc, ep))
+        else:
+            nv = nv_link.seconds("all_to_all", buf, ep)
+            if local is None:
+                net = net_link.seconds("all_to_all", net_bytes_scale * buf, ep)
+            else:  # per-destination shares: (ep − L)/(ep − 1) of the moved bytes remote, (L − 1)/(ep − 1) local
+                remote = net_link.seconds("all_to_all", net_bytes_scale * buf * (ep - local) / (ep - 1), ep)
+                net = remote if remote_only else np.maximum(
+                    remote, nv_link.seconds("all_to_all", buf * (local - 1) / (ep - 1), ep))
         out = out + 2.0 * np.where(crosses, net, nv)
-    if job.tp > 1:
-        ag = cal.link("all_gather", "nvlink").seconds("all_gather", routed_bytes, job.tp)
-        rs = cal.link("reduce_scatter", "nvlink").seconds("reduce_scatter", routed_bytes, job.tp)
+    etp = job.expert_tp
+    if etp > 1:  # the received tokens of the ETP group: etp · T · k / t per GPU after the all-gather
+        gathered = routed_bytes if etp == job.tp else routed_bytes * etp / job.tp
+        ag = cal.link("all_gather", "nvlink").seconds("all_gather", gathered, etp)
+        rs = cal.link("reduce_scatter", "nvlink").seconds("reduce_scatter", gathered, etp)
         out = out + ag + rs
     return out
 
@@ -192,10 +252,38 @@ def ep_comm_s(
     if not n_moe:
         z = np.zeros_like(np.asarray(tpr, dtype=np.float64))
         return z, z
-    crosses = ep_group_crosses(job, stage, first_rank)
-    local = ep_local_members(job, stage, first_rank) if by_destination and job.ep > 1 else None
-    fwd = n_moe * ep_comm_layer_s(job, cal, tpr, crosses, net_bytes_scale, local)
+    fwd = n_moe * _ep_layer_at(job, cal, tpr, stage, first_rank, net_bytes_scale, by_destination, False)
     return fwd, (2.0 if job.moe_recompute else 1.0) * fwd
+
+
+def _ep_layer_at(job: JobSpec, cal: Calibration, tpr: np.ndarray, stage: int, first_rank: np.ndarray,
+                 net_bytes_scale: float, by_destination: bool, remote_only: bool) -> np.ndarray:
+    """:func:`ep_comm_layer_s` of the EP groups of pool ranks ``first_rank`` at ``stage``."""
+    counts = _ep_counts(job, stage, first_rank) if job.ep > 1 else np.ones((1, 1))
+    crosses = (counts > 0).sum(axis=1) > 1
+    if np.ndim(first_rank) == 0:
+        crosses = crosses[0]
+    local = np.where(counts > 0, counts, np.inf).min(axis=1) if by_destination and job.ep > 1 else None
+    flex = counts if job.moe_dispatcher == "flex" else None
+    return ep_comm_layer_s(job, cal, tpr, crosses, net_bytes_scale, local, flex, remote_only)
+
+
+def ep_comm_floor(job: JobSpec, cal: Calibration, stage: int, net_bytes_scale: float = 1.0,
+                  by_destination: bool = False) -> tuple[float, float]:
+    """(α, β) with α + β · tpr ≤ the forward EP communication :func:`ep_comm_s` prices for ``tpr`` ≥ 0 tokens
+    per rank at ``stage``, whichever pool rank's EP group it is (the backward is at least the same again):
+    every group's layer time is affine in tpr (its network part alone where a by-destination all-to-all takes
+    the larger of two affine parts), so the least intercept and the least slope over the stage's groups give
+    a line below all of them. (0, 0) for a stage without MoE layers or with EP = ETP = 1."""
+    n_moe = stage_layers(job, stage)[1]
+    if not n_moe or (job.ep == 1 and job.expert_tp == 1):
+        return 0.0, 0.0
+    ranks = np.arange(job.pool)
+    t0 = _ep_layer_at(job, cal, np.zeros(job.pool), stage, ranks, net_bytes_scale, by_destination, True)
+    t1 = _ep_layer_at(job, cal, np.ones(job.pool), stage, ranks, net_bytes_scale, by_destination, True)
+    alpha = float(np.min(t0))
+    beta = max(float(np.min(t1 - t0)), 0.0)
+    return n_moe * alpha, n_moe * beta
 
 
 def moe_activation_bytes_per_token(model: ModelSpec, recompute: bool = False) -> float:
@@ -222,10 +310,10 @@ def grad_sync_expert_s(job: JobSpec, cal: Calibration, stage: int, link: str, rs
                        ag_exposed: float = 1.0, grad_bytes: float = 2 * BF16_BYTES) -> float:
     """Reduce-scatter of the expert gradients (``grad_bytes`` per parameter: the gradient buffer's dtype, fp32
     by default as in Megatron-LM with --bf16; cost_models.analytic_comm) and all-gather of the bf16 expert
-    parameters over the EDP group (pool / ep ranks), per GPU: its P_e / (t · ep) expert parameters; the
+    parameters over the EDP group (tp · pool / (ETP · ep) ranks), per GPU: its P_e / (ETP · ep) expert parameters; the
     ``_exposed`` shares of each left exposed by DP overlap (cost_models.dp_overlap)."""
-    params = stage_expert_params(job, stage) / (job.tp * job.ep)
-    edp = job.pool // job.ep
+    params = stage_expert_params(job, stage) / (job.expert_tp * job.ep)
+    edp = job.expert_dp
     rs = cal.link("reduce_scatter", link).seconds("reduce_scatter", params * grad_bytes, edp)
     ag = cal.link("all_gather", link).seconds("all_gather", params * BF16_BYTES, edp)
     return float(rs * rs_exposed + ag * ag_exposed)

@@ -39,7 +39,7 @@ def fixed_from_probes(one: np.ndarray, two: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class GroupCostsPricing:
     """:class:`~cost_models.base.Pricing` from ``cost_model.group_costs`` alone: every stage its own class, each
-    sequence alone in a group of its option's size from pool rank 0, no Ulysses floor (0)."""
+    sequence alone in a group of its option's size from pool rank 0, no Ulysses or EP floor (0)."""
 
     cost_model: CostModel
 
@@ -100,3 +100,6 @@ class GroupCostsPricing:
 
     def ulysses_floor(self, tpr: np.ndarray, u: np.ndarray) -> np.ndarray | float:
         return 0.0
+
+    def ep_floor(self, tpr: np.ndarray, stage: int) -> tuple[np.ndarray | float, np.ndarray | float]:
+        return 0.0, 0.0

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 MLP_MATRICES = {"swiglu": 3, "gelu": 2}  # weight matrices of one MLP (gate, up, down / up, down)
+MOE_DISPATCHERS = ("alltoall", "flex")  # Megatron --moe-token-dispatcher-type values dcpsim prices
 RECOMPUTE_MODES = ("none", "selective", "full")  # Megatron-LM --recompute-granularity (none: flag absent)
 RECOMPUTE_METHODS = ("uniform", "block")  # Megatron-LM --recompute-method
 
@@ -259,6 +260,12 @@ class JobSpec:
     memory_reserve_gb: float = 6.0  # CUDA context, NCCL buffers, fragmentation
     max_tokens_per_rank: int | None = None
     ep: int = 1  # expert-parallel degree, carved from the pool (Megatron-Core: EP inside DP x CP)
+    # Expert-tensor-parallel degree, Megatron's --expert-tensor-parallel-size: the routed experts are sharded over
+    # ETP GPUs instead of TP; None = TP (Megatron-LM's default). Expert rank order etp-ep-dp (cost_models.moe).
+    etp: int | None = None
+    # MoE token dispatcher, Megatron's --moe-token-dispatcher-type: alltoall (every routed copy sent) or flex
+    # (DeepEP: one copy per destination NVLink domain across the network, fanned out over NVLink).
+    moe_dispatcher: str = "alltoall"
     moe_recompute: bool = True  # MoE layers recompute router + experts in the backward (cost_models.moe)
     # Fraction of the TP/SP all-gathers and reduce-scatters hidden behind GEMMs. 0 = all exposed, as Megatron-LM
     # runs without --tp-comm-overlap (its default); TransformerEngine's userbuffers overlap hides most of it.
@@ -321,13 +328,35 @@ class JobSpec:
         _require(self.overlap_grad_reduce or not self.overlap_param_gather, "job.overlap_param_gather", True,
                  "false unless job.overlap_grad_reduce is true (Megatron: --overlap-param-gather needs "
                  "--overlap-grad-reduce)")
+        _require(self.moe_dispatcher in MOE_DISPATCHERS, "job.moe_dispatcher", self.moe_dispatcher,
+                 f"one of {', '.join(MOE_DISPATCHERS)}")
+        if self.etp is not None:
+            _require(isinstance(self.etp, int) and not isinstance(self.etp, bool) and self.etp >= 1, "job.etp",
+                     self.etp, "a positive integer")
+            _require(self.model.is_moe or self.etp == self.tp, "job.etp", self.etp,
+                     f"unset or = job.tp = {self.tp} for the dense model {self.model.name!r} (it has no experts)")
+            _require(self.gpu.nvlink_domain % self.etp == 0, "job.etp", self.etp,
+                     f"must divide gpu.nvlink_domain = {self.gpu.nvlink_domain} (expert TP stays inside an "
+                     "NVLink domain, as TP does)")
+            if self.model.is_moe:
+                _require(self.model.expert_ffn % self.etp == 0, "job.etp", self.etp,
+                         f"must divide model.expert_ffn = {self.model.expert_ffn} (Megatron shards each expert's "
+                         "FFN over ETP)")
         if self.ep > 1:
             _require(self.model.is_moe, "job.ep", self.ep, f"1 for the dense model {self.model.name!r} "
                      "(expert parallelism needs a MoE model)")
-            _require(self.pool % self.ep == 0, "job.ep", self.ep, f"must divide job.pool = {self.pool} "
-                     "(EP groups are carved from the DP x CP pool)")
-            _require(self.model.experts % self.ep == 0, "job.ep", self.ep,
-                     f"must divide model.experts = {self.model.experts}")
+        if self.model.is_moe:  # Megatron-Core parallel_state: the expert world etp·ep·edp is the stage's tp·cp·dp
+            world, ew = self.tp * self.pool, self.expert_tp * self.ep
+            _require(world % self.expert_tp == 0, "job.etp", self.expert_tp,
+                     f"a divisor of tp · pool = {world} (Megatron: ETP x EP must divide TP x CP x DP)")
+            valid_ep = [e for e in range(1, world // self.expert_tp + 1)
+                        if world % (self.expert_tp * e) == 0 and self.model.experts % e == 0]
+            _require(world % ew == 0, "job.ep", self.ep,
+                     f"must make etp · ep = {self.expert_tp} · {self.ep} divide tp · pool = {world} (Megatron: the "
+                     f"expert model-parallel world ETP x EP divides TP x CP x DP); valid ep at etp = "
+                     f"{self.expert_tp}: {', '.join(map(str, valid_ep))}")
+        _require(self.model.experts % self.ep == 0 or self.ep == 1, "job.ep", self.ep,
+                 f"must divide model.experts = {self.model.experts}")
         if self.max_tokens_per_rank is not None:
             _require(self.max_tokens_per_rank >= 1, "job.max_tokens_per_rank", self.max_tokens_per_rank,
                      "a positive integer")
@@ -342,6 +371,16 @@ class JobSpec:
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.pool
+
+    @property
+    def expert_tp(self) -> int:
+        """ETP: the GPUs one routed expert is sharded over (``etp``; unset: TP, Megatron-LM's default)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """EDP: the stage's tp · pool GPUs / (ETP · EP), the ranks an expert's gradients are reduced over."""
+        return self.tp * self.pool // (self.expert_tp * self.ep)
 
     @property
     def layers_per_stage(self) -> int:

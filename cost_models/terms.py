@@ -30,6 +30,7 @@ class CostTerms:
     recompute: bool = True  # the job's activation recompute (Megatron --recompute-*) in time and memory
     dp_overlap: bool = True  # the job's --overlap-grad-reduce / --overlap-param-gather hide DP collectives
     grad_dtype: bool = True  # the DP reduce-scatter moves the gradient buffer's dtype (fp32 by default), not bf16
+    gemm_shapes: bool = True  # GEMMs by (M, N, K): math + HBM traffic, dgrad and wgrad apart (cost_models.gemm)
 
     @staticmethod
     def names() -> list[str]:

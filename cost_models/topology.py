@@ -127,6 +127,32 @@ def _contiguous_crossings(job: JobSpec, stage: int, size: np.ndarray, u: np.ndar
     return ring, inner
 
 
+def expert_group_gpus(job: JobSpec, stage: int, rank: np.ndarray | int) -> np.ndarray:
+    """[n, ep] global GPU indices of the EP group of pool rank(s) ``rank``'s first GPU at ``stage``.
+
+    Megatron-Core orders the expert ranks of a stage etp-ep-dp (ETP fastest; ``parallel_state``'s expert rank
+    generator) over the same tp · cp · dp GPUs as the dense order tp-cp-dp: the stage's GPUs fall into blocks of
+    ETP · EP consecutive GPUs, and one block's EP group holds the ETP-position-alike GPUs, ETP apart. With
+    ETP · EP dividing the NVLink domain's GPUs every EP group is inside one domain; with more it spans
+    ETP · EP / D domains. (At ETP = TP the block is EP consecutive pool ranks, the first version's rule.)"""
+    b = job.expert_tp * job.ep
+    gpu0 = (stage * job.pool + np.atleast_1d(np.asarray(rank, dtype=np.int64))) * job.tp
+    base0 = stage * job.pool * job.tp
+    base = base0 + (gpu0 - base0) // b * b
+    return base[:, None] + job.expert_tp * np.arange(job.ep)
+
+
+def domain_counts(job: JobSpec, gpus: np.ndarray) -> np.ndarray:
+    """[n, k] per row of ``gpus`` (global GPU indices), how many of them each NVLink domain it touches holds
+    (domains counted from the row's first GPU's; 0 for a domain in between that holds none)."""
+    dom = np.asarray(gpus, dtype=np.int64) // job.gpu.nvlink_domain
+    rel = dom - dom[:, :1]
+    n = dom.shape[0]
+    counts = np.zeros((n, int(rel.max()) + 1 if rel.size else 1))
+    np.add.at(counts, (np.repeat(np.arange(n), dom.shape[1]), rel.ravel()), 1.0)
+    return counts
+
+
 def fewest_ranks_per_domain(job: JobSpec, stage: int, first: int, size: int) -> int:
     """The fewest of the contiguous ranks first .. first+size−1 that any domain they touch holds."""
     dom = domain_of(job, stage, np.arange(first, first + size))

@@ -20,7 +20,8 @@ Valid for any cost model whose *compute plus TP communication* is, per group of 
 degree u, a sum of non-negative per-sequence terms a(L) (depending on L, c, u, the stage only) plus a group
 term K ≥ 0 that is at least an empty group's (assumption C); CP communication enters only as ≥ 0 — for the
 analytic model as at least its Ulysses all-to-alls' affine floor (:func:`ulysses_floor`, assumption U) —
-and PP transfers only as non-decreasing in tokens.
+MoE expert-parallel communication as at least its affine floor (:func:`ep_floor`, assumption E), and PP
+transfers only as non-decreasing in tokens.
 Both shipped models are such (docs/bound.md); ``tests/sim/test_bound_properties.py`` checks the bound
 against random valid plans and every policy.
 
@@ -88,16 +89,18 @@ def ulysses_options(job) -> list[int]:
 
 def _compute(cost_model: CostModel, stage: int, seq_len: np.ndarray, seq_group: np.ndarray, size: np.ndarray,
              u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-rank forward and backward compute + TP communication + Ulysses floor (:func:`ulysses_floor`) of the
-    groups (``size``, ``u``) holding the sequences ``seq_len`` (group ``seq_group`` each): compute' of
-    docs/bound.md, the part of an operation that assumptions C and U cover."""
+    """Per-rank forward and backward compute + TP communication + Ulysses floor (:func:`ulysses_floor`) + EP
+    floor (:func:`ep_floor`) of the groups (``size``, ``u``) holding the sequences ``seq_len`` (group
+    ``seq_group`` each): compute' of docs/bound.md, the part of an operation that assumptions C, U and E cover."""
     G = len(size)
     gb = GroupBatch(seq_len=np.asarray(seq_len, dtype=np.int64), seq_group=np.asarray(seq_group, dtype=np.int64),
                     size=size.astype(np.int64), ulysses=u.astype(np.int64), first_rank=np.zeros(G, dtype=np.int64))
     c = cost_model.group_costs(gb, stage)
-    a2a = ulysses_floor(cost_model, gb.tokens_per_rank(), u)
-    f = np.broadcast_to(np.asarray(c.fwd_compute_s + c.fwd_tp_comm_s, dtype=np.float64) + a2a, (G,))
-    b = np.broadcast_to(np.asarray(c.bwd_compute_s + c.bwd_tp_comm_s, dtype=np.float64) + a2a, (G,))
+    tpr = gb.tokens_per_rank()
+    a2a = ulysses_floor(cost_model, tpr, u)
+    ep_f, ep_b = ep_floor(cost_model, tpr, stage)
+    f = np.broadcast_to(np.asarray(c.fwd_compute_s + c.fwd_tp_comm_s, dtype=np.float64) + a2a + ep_f, (G,))
+    b = np.broadcast_to(np.asarray(c.bwd_compute_s + c.bwd_tp_comm_s, dtype=np.float64) + a2a + ep_b, (G,))
     return f, b
 
 
@@ -108,6 +111,15 @@ def ulysses_floor(cost_model: CostModel, tpr: np.ndarray, u: np.ndarray) -> np.n
     layer, the smaller of the NVLink and the network intercept and slope). 0 for a cost model that declares
     none (CP communication then enters only as ≥ 0)."""
     return pricing_of(cost_model).ulysses_floor(tpr, u)
+
+
+def ep_floor(cost_model: CostModel, tpr: np.ndarray, stage: int) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """The cost model's declared lower bound on the exposed MoE expert all-to-all time per rank (forward,
+    backward) of a group at ``stage`` holding ``tpr`` tokens per rank, affine in ``tpr`` wherever the group's EP
+    group sits (assumption E, docs/bound.md; ``Pricing.ep_floor``: the analytic model's least intercept and
+    slope over the stage's EP groups, cost_models.moe.ep_comm_floor). 0 for a dense model or a cost model that
+    declares none (EP communication then enters only as ≥ 0)."""
+    return pricing_of(cost_model).ep_floor(tpr, stage)
 
 
 def group_fixed(cost_model: CostModel, stage: int, size: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

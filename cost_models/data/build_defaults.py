@@ -3,7 +3,10 @@
 Run from the repository root::
 
     python -m dcpsim.cost_models.data.build_defaults          # rewrites profile_h100.csv, calibration_h100.json,
-                                                       # calibration_h200.json and cp_scaling_check.csv
+                                                       # calibration_h200_kernels.json, cp_scaling_check.csv
+
+The shipped H200 default, ``calibration_h200.json``, is the end-to-end fit of ``calibration_h200_kernels.json``
+(step 3's H200 kernel fit) to DistCA's measured steps (step 6).
 
 Steps (sources and licences in reference/SOURCES.md):
 
@@ -27,16 +30,29 @@ Steps (sources and licences in reference/SOURCES.md):
    (cost_models.attention_backends; both GPUs, by the same H100 = H200 compute argument as step 3). FA2's
    backward curves come from the FA2 paper's ``fwd+bwd`` rows (op ``attn_fwd_bwd``): backward time =
    fwd+bwd time − the fitted forward.
+6. H200 default (docs/validation.md): the GEMM rate and the NVLink and network bandwidth scales of
+   ``calibration_h200_kernels.json`` fitted to the six shipped DistCA files (measured/distca, 212 steps)::
+
+       dcpsim calibrate --runs cost_models/data/measured/distca/*.json --from distca --gpu h200 \\
+           --base cost_models/data/calibration_h200_kernels.json \\
+           --knobs gemm_peak_tflops,nvlink_scale,network_scale --name h200-distca-steps \\
+           -o cost_models/data/calibration_h200.json
+
+7. H100 default: the kernel fit with its GEMM rate (:data:`H100_GEMM_PEAK_TFLOPS`) fitted end to end to the
+   dgxc-benchmarking NeMo BF16 rows (measured/dgxc_recipes_bf16.csv, the 11 H100 rows, GEMMs by shape):
+   least squares on log(simulated / published tokens/s/GPU), printed by
+   ``PYTHONPATH=. python -m tests.cost_models._dgxc --fit`` (the rows' jobs are defined with the tests).
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
-from dcpsim.cost_models.calibration import published_calibration
+from dcpsim.cost_models.calibration import Calibration, SaturatingCurve, published_calibration
 from dcpsim.cost_models.fitting import cp_scaling_check, fit_calibration
 from dcpsim.cost_models.flops import ATTENTION_BWD_FACTOR
 from dcpsim.cost_models.presets import get_gpu
@@ -49,6 +65,11 @@ NCCL_SOURCE = "nccl-tests out-of-place, H100 SXM x8 one node (hao-ai-lab/DistCA 
 CUDNN_SOURCE = ("cudnn-frontend SDPA benchmark, H200, Llama-3.1 shape (NVIDIA/cudnn-frontend "
                 "benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn, MIT)")
 NAMES = {"h100": "h100-reference-fit", "h200": "h200-from-h100-reference-fit"}
+# step 7: fitted to the dgxc rows (python -m tests.cost_models._dgxc --fit printed 688.4)
+H100_GEMM_PEAK_TFLOPS = 688.4
+DGXC_SOURCE = ("GEMM rate 688.4 TFLOP/s fitted end to end (least squares on log tokens/s/GPU, GEMMs by shape) to "
+               "the 11 H100 rows of NVIDIA/dgxc-benchmarking's NeMo BF16 recipes (measured/dgxc_recipes_bf16.csv)")
+FILES = {"h100": "calibration_h100.json", "h200": "calibration_h200_kernels.json"}  # step 6 fits the H200 default
 
 
 def convert_published_attention(path: Path) -> pd.DataFrame:
@@ -95,6 +116,12 @@ def _table(rows: list[dict]) -> pd.DataFrame:
     return validate_profile(df.astype(object).where(df.notna(), ""), origin="converted reference table")
 
 
+def shipped_h100(kernel_fit: Calibration) -> Calibration:
+    """The shipped H100 default from its kernel fit (step 7: the GEMM rate fitted to the dgxc rows)."""
+    return replace(kernel_fit, gemm=SaturatingCurve(H100_GEMM_PEAK_TFLOPS, kernel_fit.gemm.half),
+                   source=f"{kernel_fit.source} | {DGXC_SOURCE}")
+
+
 def main(argv: list[str] | None = None) -> int:
     out = Path(argv[0]) if argv else HERE
     att = convert_published_attention(REFERENCE / "h100_attention_tflops_published.csv")
@@ -104,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     profile = read_profile(out / "profile_h100.csv")
     for gpu, name in NAMES.items():
         cal, report = fit_calibration(profile, published_calibration(get_gpu(gpu)), name)
-        (out / f"calibration_{gpu}.json").write_text(cal.to_json() + "\n")
-        print(f"{gpu}: wrote {out / f'calibration_{gpu}.json'}")
+        if gpu == "h100":
+            cal = shipped_h100(cal)
+        (out / FILES[gpu]).write_text(cal.to_json() + "\n")
+        print(f"{gpu}: wrote {out / FILES[gpu]}")
         for t in report.terms:
             print(f"  {t.key:24s} {t.how:8s} {t.params}  MAPE {t.mape:.1%}")
         if gpu == "h100":

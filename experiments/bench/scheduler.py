@@ -31,6 +31,13 @@ import math
 import sys
 import time
 
+try:  # run by a Python without dcpsim (the system one): one line saying which to use, not a traceback
+    import dcpsim  # noqa: F401
+except ModuleNotFoundError:
+    print(f"{sys.argv[0]}: dcpsim is not installed for {sys.executable}; run it with the venv's Python: "
+          f".venv/bin/python {sys.argv[0]}", file=sys.stderr)
+    sys.exit(2)
+
 from dcpsim import traces
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import create_policy

@@ -29,6 +29,13 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+try:  # run by a Python without dcpsim (the system one): one line saying which to use, not a traceback
+    import dcpsim  # noqa: F401
+except ModuleNotFoundError:
+    print(f"{sys.argv[0]}: dcpsim is not installed for {sys.executable}; run it with the venv's Python: "
+          f".venv/bin/python {sys.argv[0]}", file=sys.stderr)
+    sys.exit(2)
+
 from dcpsim.experiments.runner import PolicySpec, build_policy
 from dcpsim.experiments.scenario.files import load_scenario
 from dcpsim.policies.flatten import flatten

@@ -34,6 +34,13 @@ import subprocess
 import sys
 import time
 
+try:  # run by a Python without dcpsim (the system one): one line saying which to use, not a traceback
+    import dcpsim  # noqa: F401
+except ModuleNotFoundError:
+    print(f"{sys.argv[0]}: dcpsim is not installed for {sys.executable}; run it with the venv's Python: "
+          f".venv/bin/python {sys.argv[0]}", file=sys.stderr)
+    sys.exit(2)
+
 COMMANDS: dict[str, list[str]] = {
     "import numpy": ["-c", "import numpy"],
     "dcpsim --help": ["-m", "dcpsim", "--help"],

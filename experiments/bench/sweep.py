@@ -25,6 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
+try:  # run by a Python without dcpsim (the system one): one line saying which to use, not a traceback
+    import dcpsim  # noqa: F401
+except ModuleNotFoundError:
+    print(f"{sys.argv[0]}: dcpsim is not installed for {sys.executable}; run it with the venv's Python: "
+          f".venv/bin/python {sys.argv[0]}", file=sys.stderr)
+    sys.exit(2)
+
 from dcpsim.experiments.sweep.driver import run_sweep
 from dcpsim.experiments.sweep.grid import load_sweep
 
@@ -57,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="processes of the pool, CPUs of the local Ray instance (default: the CPU count)")
     ap.add_argument("--backends", default="process,ray", help="comma-separated: process, ray")
     ap.add_argument("--address", help="a Ray cluster to use instead of a local instance")
+    ap.add_argument("--keys-only", action="store_true",
+                    help="only build the task list (every key hashed) and print ms and KiB per task: what "
+                         "sweep.grid.MAX_TASKS is sized by")
     args = ap.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     rates: dict[str, float] = {}
@@ -68,6 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         n = sweep.num_points * len(sweep.policies)
         print(f"grid: {sweep.num_points} points x {len(sweep.policies)} policies = {n} tasks; "
               f"workers {args.workers}; cpus {os.cpu_count()}")
+        if args.keys_only:
+            import tracemalloc
+
+            t0 = time.perf_counter()
+            tasks = sweep.tasks()
+            dt = time.perf_counter() - t0
+            del tasks
+            tracemalloc.start()  # a second build, for its memory (tracemalloc slows it down)
+            tasks = sweep.tasks()
+            held = tracemalloc.get_traced_memory()[0]
+            tracemalloc.stop()
+            print(f"task list: {len(tasks)} tasks in {dt:.2f} s: {dt / len(tasks) * 1e3:.3f} ms/task, "
+                  f"{held / len(tasks) / 1024:.2f} KiB/task held")
+            return 0
         for backend in backends:
             ray = None
             if backend == "ray":

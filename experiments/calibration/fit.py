@@ -39,12 +39,11 @@ def base_calibration(gpu: str, base: str) -> Calibration:
     return Calibration.load(base)
 
 
-def calibrate_profiles(profiles: list[str | Path], output: str | Path, gpu: str = "h100",
-                       base: str = "shipped", name: str | None = None, kernel: str | None = None,
-                       head_dim: int | None = None,
-                       device: str | None = None) -> CalibrationFit:
+def fit_profiles(profiles: list[str | Path], output: str | Path, gpu: str = "h100", base: str = "shipped",
+                 name: str | None = None, kernel: str | None = None, head_dim: int | None = None,
+                 device: str | None = None) -> CalibrationFit:
     """Fit a calibration to the profile tables ``profiles`` (only ``device``'s rows when given) over
-    :func:`base_calibration`, and write it to ``output`` as JSON."""
+    :func:`base_calibration`; ``output`` is where the caller writes it (:func:`calibration_json`)."""
     from dcpsim.cost_models.fitting import fit_calibration
     from dcpsim.cost_models.profile_table import read_profiles
 
@@ -56,9 +55,34 @@ def calibrate_profiles(profiles: list[str | Path], output: str | Path, gpu: str 
     kept = base_calibration(gpu, base)
     cal, report = fit_calibration(profile, kept, name or f"{gpu}-calibrated", kernel=kernel,
                                   head_dim=head_dim)
-    out = Path(output)
-    try:
-        out.write_text(cal.to_json() + "\n")
-    except OSError as e:
-        raise CalibrationError(f"cannot write calibration file {out}: {e.strerror}") from None
-    return CalibrationFit(profile, kept, cal, report, out)
+    return CalibrationFit(profile, kept, cal, report, Path(output))
+
+
+def calibration_json(cal: Calibration, option: str = "-o") -> str:
+    """The calibration file's text (``Calibration.to_json`` plus a newline), refused when a number is not
+    finite (:func:`experiments.output.write.dumps_json`)."""
+    from dcpsim.experiments.output.write import dumps_json
+
+    return dumps_json(cal.to_dict(), option, indent=2, sort_keys=True) + "\n"
+
+
+def calibration_inputs(profiles: list[str] | list[str | Path], base: str) -> dict[str, str | Path | None]:
+    """The files a calibration fit reads, by what they are (an output may be none of them)."""
+    inputs: dict[str, str | Path | None] = {f"profile {p}": p for p in profiles}
+    if base not in ("shipped", "published"):
+        inputs["--base"] = base
+    return inputs
+
+
+def calibrate_profiles(profiles: list[str | Path], output: str | Path, gpu: str = "h100",
+                       base: str = "shipped", name: str | None = None, kernel: str | None = None,
+                       head_dim: int | None = None,
+                       device: str | None = None) -> CalibrationFit:
+    """:func:`fit_profiles`, then write the calibration to ``output`` as JSON (atomically; never onto one of
+    the profiles or the base calibration)."""
+    from dcpsim.experiments.output.write import Outputs
+
+    with Outputs({"-o": output}, calibration_inputs(list(profiles), base)) as outs:
+        fit = fit_profiles(profiles, output, gpu, base, name, kernel, head_dim, device)
+        outs.write_text("-o", calibration_json(fit.calibration))
+    return fit

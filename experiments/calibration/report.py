@@ -75,6 +75,17 @@ def write_plot(profile: pd.DataFrame, cal: Calibration, report: FitReport, path:
         raise CalibrationError(f"cannot write plot {path}: {e.strerror}") from None
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+
+
+def _series_style(i: int) -> tuple[tuple[float, float, float, float], str]:
+    """Colour and marker of series ``i``: tab20's 20 colours and 9 markers, so the first 180 series differ
+    (the default cycle repeats its 10 colours, and a profile has 15 or more attention groups)."""
+    from matplotlib import colormaps
+
+    return colormaps["tab20"](i % 20), MARKERS[i % len(MARKERS)]
+
+
 def _plot_attention(ax, profile: pd.DataFrame, cal: Calibration, report: FitReport) -> None:
     from dcpsim.cost_models.profile_table import ATTENTION_OPS, row_size, row_tflops
 
@@ -84,9 +95,9 @@ def _plot_attention(ax, profile: pd.DataFrame, cal: Calibration, report: FitRepo
         kernel, op, causal, d = key
         g = att[(att["kernel"] == kernel) & (att["op"] == op) & (att["causal"] == causal)
                 & (att["head_dim"] == d)]
-        color = f"C{i % 10}"
+        color, marker = _series_style(i)
         label = f"{kernel or '-'} {op[5:]} {'causal' if causal else 'full'} d{d}"
-        ax.plot(row_size(g), row_tflops(g), "o", color=color, ms=4, label=label)
+        ax.plot(row_size(g), row_tflops(g), marker, color=color, ms=4, label=label, linestyle="none")
         ax.plot(x, curve.tflops(x), "-", color=color, lw=0.8)
     ax.plot(x, cal.attn_fwd.tflops(x), "k-", lw=2.2, label="calibration attn_fwd (causal)")
     ax.plot(x, cal.attn_bwd.tflops(x), "k--", lw=2.2,
@@ -104,9 +115,9 @@ def _plot_collectives(ax, profile: pd.DataFrame, cal: Calibration) -> None:
     for i, ((op, link, n), g) in enumerate(coll.groupby(["op", "link", "group_size"], sort=True)):
         nbytes = g["bytes"].to_numpy(np.float64)
         factor, _ = factor_and_hops(op, np.full_like(nbytes, n))
-        color = f"C{i % 10}"
-        ax.plot(nbytes, nbytes * factor / g["seconds"].to_numpy() / 1e9, "o", color=color, ms=4,
-                label=f"{op} {link} n={n}")
+        color, marker = _series_style(i)
+        ax.plot(nbytes, nbytes * factor / g["seconds"].to_numpy() / 1e9, marker, color=color, ms=4,
+                label=f"{op} {link} n={n}", linestyle="none")
         xs = np.geomspace(nbytes.min(), nbytes.max(), 100)
         lm = cal.link(op, link)
         ax.plot(xs, xs * factor[0] / lm.seconds(op, xs, n) / 1e9, "-", color=color, lw=0.8)

@@ -59,6 +59,12 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
                    help="sequences per global batch (Megatron's global batch size); replaces the token budget")
     g.add_argument("--ep", type=positive_int,
                    help=f"expert-parallel degree of a MoE model, carved from the pool (default {d.ep})")
+    g.add_argument("--etp", type=positive_int, metavar="N",
+                   help="expert-tensor-parallel degree, Megatron's --expert-tensor-parallel-size: routed experts "
+                        "sharded over N GPUs; ETP x EP must divide TP x pool (default: = --tp, Megatron's default)")
+    g.add_argument("--moe-dispatcher", choices=("alltoall", "flex"),
+                   help="MoE token dispatcher, Megatron's --moe-token-dispatcher-type: alltoall sends every routed "
+                        "copy, flex (DeepEP) one copy per destination node over the network (default alltoall)")
     g.add_argument("--moe-recompute", action=argparse.BooleanOptionalAction, default=None,
                    help="MoE layers recompute router and experts in the backward (default: on)")
     g.add_argument("--iterations", type=positive_int,
@@ -118,7 +124,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     changes: dict[str, Any] = {k: getattr(args, k, None) for k in
                                ("model", "gpu", "tp", "pp", "vpp", "pool", "context_len", "global_batch_tokens",
                                 "trace", "iterations", "seed", "calibration", "cost_terms", "tp_comm_overlap",
-                                "attention_backend", "ep",
+                                "attention_backend", "ep", "etp", "moe_dispatcher",
                                 "moe_recompute", "global_batch_seqs", "slow_ranks", "stragglers", "recompute",
                                 "recompute_method", "overlap_grad_reduce", "overlap_param_gather",
                                 "grad_reduce_in_fp32")}

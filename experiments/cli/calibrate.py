@@ -51,8 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from dcpsim.cost_models.errors import CalibrationError
-    from dcpsim.experiments.calibration.fit import base_calibration, calibrate_profiles
+    from dcpsim.experiments.calibration.fit import base_calibration, calibration_inputs, calibration_json, fit_profiles
+    from dcpsim.experiments.output.write import Outputs
 
     if args.runs:
         from dcpsim.experiments.replay.calibrate_runs import run_fit
@@ -62,8 +65,17 @@ def run(args: argparse.Namespace) -> int:
         raise CalibrationError("calibrate: give profile tables (PROFILE.csv ...) or --runs LOG ...")
     from dcpsim.experiments.calibration.report import report_text, write_plot
 
-    fit = calibrate_profiles(args.profiles, args.output, gpu=args.gpu, base=args.base, name=args.name,
-                             kernel=args.kernel, head_dim=args.head_dim, device=args.device)
+    out = Path(args.output)
+    plot = args.plot or (str(out.with_name(out.stem + "_fit.png")) if args.report else None)
+    # both outputs checked before the fit, and written together or not at all
+    with Outputs({"-o": args.output, "--plot": plot}, calibration_inputs(args.profiles, args.base),
+                 images=("--plot",)) as outs:
+        fit = fit_profiles(args.profiles, args.output, gpu=args.gpu, base=args.base, name=args.name,
+                           kernel=args.kernel, head_dim=args.head_dim, device=args.device)
+        outs.write_text("-o", calibration_json(fit.calibration))
+        if plot:
+            with outs.writing("--plot") as tmp:
+                write_plot(fit.profile, fit.calibration, fit.report, str(tmp))
     fitted = [t.key for t in fit.report.terms if t.how != "base"]
     for w in fit.report.warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -71,8 +83,6 @@ def run(args: argparse.Namespace) -> int:
           f"fitted {', '.join(fitted) or 'nothing'}; other terms from {fit.base.name}")
     if args.report:
         print(report_text(fit.report))
-    plot = args.plot or (str(fit.path.with_name(fit.path.stem + "_fit.png")) if args.report else None)
     if plot:
-        write_plot(fit.profile, fit.calibration, fit.report, plot)
         print(f"wrote {plot}")
     return 0

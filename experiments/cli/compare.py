@@ -12,11 +12,11 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from dcpsim.experiments.cli.args import add_scenario_arguments, scenario_from_args
 from dcpsim.experiments.output.progress import Progress
+from dcpsim.experiments.output.write import dumps_json
 
 NAME = "compare"
 HELP = "compare policies on the same global batches (default: the built-in scenario)"
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         doc: dict[str, object] = {"scenario": sc.to_dict(), "results": results}
         if result.warnings:  # (only then: outputs that ran as asked stay byte-identical)
             doc |= {"iterations_run": result.batches, "warnings": list(result.warnings)}
-        print(json.dumps(doc, sort_keys=True))
+        print(dumps_json(doc, "--json", sort_keys=True))
     else:
         print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
               f"context {sc.context_len:,}, {_batch_size(sc)}, trace {sc.trace}, "

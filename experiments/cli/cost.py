@@ -17,9 +17,9 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 
 from dcpsim.experiments.cli.args import positive_int
+from dcpsim.experiments.output.write import dumps_json
 
 NAME = "cost"
 HELP = "the cost model's prediction for one sequence on one layer"
@@ -53,6 +53,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
                    help="activation recompute, Megatron-LM's --recompute-granularity (default none: Megatron-LM's "
                         "default); its re-run forward is a row, in the backward")
+    e = p.add_argument_group("MoE layout (a MoE preset such as qwen3-30b-a3b; cost_models.moe)")
+    e.add_argument("--ep", type=positive_int, default=1,
+                   help="expert-parallel degree, carved from --pool (default 1)")
+    e.add_argument("--etp", type=positive_int,
+                   help="expert-tensor-parallel degree, Megatron's --expert-tensor-parallel-size; ETP x EP must "
+                        "divide TP x pool (default: = --tp, Megatron's default)")
+    e.add_argument("--moe-dispatcher", choices=("alltoall", "flex"), default="alltoall",
+                   help="MoE token dispatcher: alltoall (every routed copy) or flex (DeepEP: one copy per "
+                        "destination node across the network; default alltoall)")
     mem = p.add_argument_group("memory (--memory: the whole model's per-GPU breakdown instead of one layer)")
     mem.add_argument("--memory", action="store_true",
                      help="print weights, gradients, optimizer shard, activations, transient buffers per stage "
@@ -73,27 +82,31 @@ def run(args: argparse.Namespace) -> int:
         return _print_memory(args, format_table)
     r = predict(LayerQuery.from_args(args))
     if args.json:
-        print(json.dumps(r, sort_keys=True))
+        print(dumps_json(r, "--json", sort_keys=True))
         return 0
     m = r["model"]
     print(f"one layer, one rank: L = {r['seq_len']:,} tokens on {r['gpu']}, TP{r['tp']}, CP{r['cp']} "
           f"engine {r['engine']}; h {m['hidden']}, ffn {m['ffn']}, heads {m['heads']}/{m['kv_heads']} KV, "
-          f"d {m['head_dim']}; calibration {r['calibration']}; attention {r['attention_backend']}")
+          f"d {m['head_dim']}; calibration {r['calibration']}; attention {r['attention_backend']}"
+          + (f"; EP{r['ep']} ETP{r['etp']} dispatcher {r['moe_dispatcher']}"
+             if r["ep"] > 1 or r["ep_comm_fwd_s"] else ""))
     ms = lambda s: f"{s * 1e3:.4g}"
     tf = lambda n, s: f"{n / s / 1e12:.0f}" if s > 0 else "-"
     fp = r["flops"]
     rows = [["attention", ms(r["attention_fwd_s"]), ms(r["attention_bwd_s"]),
              tf(fp["attention_fwd"], r["attention_fwd_s"]), tf(fp["attention_bwd"], r["attention_bwd_s"])],
-            ["linear", ms(r["linear_fwd_s"]), ms(r["linear_bwd_s"]), tf(fp["linear_fwd"], r["linear_fwd_s"]),
+            [f"linear (GEMMs: {r['gemm_pricing']})", ms(r["linear_fwd_s"]), ms(r["linear_bwd_s"]),
+             tf(fp["linear_fwd"], r["linear_fwd_s"]),
              tf(fp["linear_bwd"], r["linear_bwd_s"])],
             ["fixed costs (layer, ring steps, microbatch)", ms(r["overhead_fwd_s"]), ms(r["overhead_bwd_s"]), "", ""],
             ["CP comm (exposed)", ms(r["cp_comm_fwd_s"]), ms(r["cp_comm_bwd_s"]), "", ""],
             ["TP comm (exposed)", ms(r["tp_comm_fwd_s"]), ms(r["tp_comm_bwd_s"]), "", ""],
+            ["EP dispatch + combine (MoE, exposed)", ms(r["ep_comm_fwd_s"]), ms(r["ep_comm_bwd_s"]), "", ""],
             ["memory-bound kernels (norms, RoPE, activation, residual)", ms(r["memory_kernels_fwd_s"]),
              ms(r["memory_kernels_bwd_s"]), "", ""],
             [f"recompute {r['recompute']} (re-run forward)", "0", ms(r["recompute_bwd_s"]), "", ""]]
     fwd = (r["attention_fwd_s"] + r["linear_fwd_s"] + r["overhead_fwd_s"] + r["cp_comm_fwd_s"]
-           + r["tp_comm_fwd_s"] + r["memory_kernels_fwd_s"])
+           + r["tp_comm_fwd_s"] + r["ep_comm_fwd_s"] + r["memory_kernels_fwd_s"])
     rows.append(["total (one layer)", ms(fwd), ms(r["total_s"] - fwd), "", ""])
     rows.append(["first stage: embedding", ms(r["embedding_fwd_s"]), ms(r["embedding_bwd_s"]), "", ""])
     rows.append(["last stage: LM head + loss", ms(r["lm_head_loss_fwd_s"]), ms(r["lm_head_loss_bwd_s"]), "", ""])
@@ -106,7 +119,7 @@ def _print_memory(args: argparse.Namespace, format_table) -> int:
 
     parts = memory(MemoryQuery.from_args(args))
     if args.json:
-        print(json.dumps(parts, sort_keys=True))
+        print(dumps_json(parts, "--json", sort_keys=True))
         return 0
     cols = ["weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "transient_gb", "reserve_gb",
             "step_copy_gb", "total_gb"]

@@ -15,7 +15,8 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
+
+from dcpsim.experiments.output.write import dumps_json
 
 NAME = "model"
 HELP = "show a model (preset, config.json or TOML): spec, parameter counts, FLOPs per token"
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if args.list or not args.model:
         rows = {n: describe(m) for n, m in MODELS.items()}
         if args.json:
-            print(json.dumps(rows, sort_keys=True))
+            print(dumps_json(rows, "--json", sort_keys=True))
             return 0
         for n, d in rows.items():
             print(
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     d = describe(get_model(args.model))
     if args.json:
-        print(json.dumps(d, sort_keys=True))
+        print(dumps_json(d, "--json", sort_keys=True))
         return 0
     s = d["spec"]
     print(f"model {d['name']}  ({d['source'] or 'no source given'})")

@@ -14,8 +14,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
-import math
+from typing import Any
 
 NAME = "replay"
 HELP = "replay measured iterations with their exact placement; predicted vs measured time"
@@ -38,6 +37,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dcpsim.experiments.output.write import Outputs
+
+    inputs = {f"log {p}": p for p in args.logs} | {"--calibration": args.calibration}
+    with Outputs({"--plot": args.plot}, inputs, images=("--plot",)) as outs:  # checked before the replay
+        return _replay(args, outs)
+
+
+def _replay(args: argparse.Namespace, outs: Any) -> int:
     from dcpsim.cost_models import Calibration
     from dcpsim.experiments.replay.replay import check_log, cost_model_of, replay_with
     from dcpsim.experiments.replay.sources import load_runs
@@ -59,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from dcpsim.experiments.replay.plot import write_scatter
 
-        write_scatter(args.plot, rows, overall)
+        with outs.writing("--plot") as tmp:
+            write_scatter(str(tmp), rows, overall)
     if args.json:
         out = overall.to_dict() | {
             "calibration": cost_model_of(logs[0], cal).cal.name,
@@ -69,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
                             "dp_comm_s": r.dp_comm_s} for ds, r in rows],
             "worst": [{"dataset": rows[i][0], "step": rows[i][1].step, "error": rows[i][1].error, "terms_s": t}
                       for i, t in zip(worst, terms)]}
-        print(json.dumps(_finite(out), sort_keys=True))
+        from dcpsim.experiments.output.write import dumps_json, nulls_for_nonfinite
+
+        print(dumps_json(nulls_for_nonfinite(out), "--json", sort_keys=True))
         return 0
     from dcpsim.experiments.output.tables import format_table
 
@@ -113,13 +123,3 @@ def _terms(logs, rows, worst, cal) -> list[dict[str, float]]:
         parts["other"] = float(t0[0] - sum(parts.values()))
         out.append(parts)
     return out
-
-
-def _finite(o):
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, list):
-        return [_finite(v) for v in o]
-    return o

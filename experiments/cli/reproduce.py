@@ -42,9 +42,9 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from dcpsim.experiments.output.write import dumps_json
 from dcpsim.experiments.studies.reproduction import SUITES
 
 NAME = "reproduce"
@@ -66,6 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_steps(args: argparse.Namespace) -> int:
+    from dcpsim.experiments.errors import OutputError
     from dcpsim.experiments.output.tables import format_table
     from dcpsim.experiments.replay.runlog import LogError
     from dcpsim.experiments.replay.validation import COLUMNS, SHIPPED_KNOBS, markdown, steps_table, write_docs
@@ -76,11 +77,14 @@ def run_steps(args: argparse.Namespace) -> int:
     try:
         table = steps_table(folds=args.folds)
         scatter = write_docs(table, args.write_docs) if args.write_docs else None
-    except LogError as e:
+    except (LogError, OutputError) as e:
         print(f"dcpsim reproduce: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"folds": table.folds, "rows": [r.to_dict() for r in table.rows]}, sort_keys=True))
+        from dcpsim.experiments.output.write import nulls_for_nonfinite
+
+        doc = {"folds": table.folds, "rows": [r.to_dict() for r in table.rows]}  # corr null: a constant run
+        print(dumps_json(nulls_for_nonfinite(doc), "--json", sort_keys=True))
     elif args.markdown:
         print(markdown(table))
     else:
@@ -103,11 +107,13 @@ def run(args: argparse.Namespace) -> int:
     cases = all_cases(args.suite)
     bad = [c for c in cases if not c.ok]
     if args.json:
-        print(json.dumps({"cases": [c.to_dict() for c in cases], "out_of_tolerance": len(bad)}, sort_keys=True))
+        doc = {"cases": [c.to_dict() for c in cases], "out_of_tolerance": len(bad)}
+        print(dumps_json(doc, "--json", sort_keys=True))
         return 1 if bad else 0
     g = lambda v: f"{v:.4g}"
-    rows = [[c.suite, c.case, g(c.predicted), g(c.measured), f"{c.error:+.1%}", f"{c.tolerance:.0%}",
-             "ok" if c.ok else "OUT"] for c in cases]
+    measured = lambda c: f"{g(c.measured_range[0])}–{g(c.measured_range[1])}" if c.measured_range else g(c.measured)
+    rows = [[c.suite, c.case, g(c.predicted), measured(c), "within range" if c.in_range else f"{c.error:+.1%}",
+             f"{c.tolerance:.0%}", "ok" if c.ok else "OUT"] for c in cases]
     print(format_table(rows, ["suite", "case", "predicted", "measured", "error", "tolerance", ""]))
     for s in suite_summaries(cases):
         print(f"{s['suite']}: {s['cases']} cases, median |error| {s['median_abs_error']:.1%}, "

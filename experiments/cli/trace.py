@@ -17,10 +17,11 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from contextlib import nullcontext
 
 from dcpsim.experiments.cli.args import positive_int
+from dcpsim.experiments.output.write import dumps_json
 
 NAME = "trace"
 HELP = "statistics of a length trace (preset, distribution or file), optionally a histogram"
@@ -53,9 +54,16 @@ def run(args: argparse.Namespace) -> int:
             pr = get_preset(name)
             print(f"{name:<10} context {pr.context_len:>9,}  {pr.description}")
         return 0
-    st = trace_statistics(args.trace, args.count, args.seed, args.context_len, args.plot)
+    from dcpsim.experiments.output.write import Outputs
+
+    with Outputs({"--plot": args.plot}, {"trace": args.trace}, images=("--plot",)) as outs:
+        with outs.writing("--plot") if args.plot else nullcontext() as tmp:
+            st = trace_statistics(args.trace, args.count, args.seed, args.context_len,
+                                  str(tmp) if tmp else None)
+        if args.plot:
+            st["plot"] = args.plot
     if args.json:
-        print(json.dumps(st, sort_keys=True))
+        print(dumps_json(st, "--json", sort_keys=True))
         return 0
     pct = "  ".join(f"{k} {v:,.0f}" for k, v in st["percentiles"].items())
     print(

@@ -1,7 +1,7 @@
 """Figure (b): pipeline bubble and data-parallel bubble per policy, for each scenario.
 
 Bars are the mean over ranks (docs/metrics.md): the pipeline bubble (solid) stacked under the DP bubble
-(hatched); a black tick marks the largest pipeline bubble of any rank.
+(hatched), the total written on top of each bar; a black tick marks the largest pipeline bubble of any rank.
 """
 
 from __future__ import annotations
@@ -54,9 +54,11 @@ def plot(df: pd.DataFrame) -> Figure:
         ax.bar(xs, dp, width, bottom=pp, color=colour, alpha=0.45, hatch="///", edgecolor="black",
                linewidth=0.4)
         ax.scatter(xs, d.pipeline_bubble_max.to_numpy() * 100, marker="_", s=120, color="black", zorder=3)
-        for xi, a, b, mx in zip(xs, pp, dp, d.pipeline_bubble_max.to_numpy() * 100):
-            if np.isfinite(a):
-                ax.text(xi, max(a + b, mx) + 1, f"{a + b:.0f}%", ha="center", va="bottom", fontsize=7)
+        for xi, a, b in zip(xs, pp, dp):
+            if np.isfinite(a):   # the total sits on its bar (the max-rank tick may be above or below it)
+                ax.text(xi, a + b + 0.5, f"{a + b:.0f}%", ha="center", va="bottom", fontsize=7, zorder=4,
+                        bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none",
+                              "alpha": 0.8})   # legible where the max-rank tick crosses it
     labels = [f"{s}\n({int(df[df.scenario == s].num_gpus.iloc[0]):,} GPUs)" for s in scenarios]
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("share of the iteration time (%)")

@@ -108,11 +108,17 @@ def metrics_row(res: IterationResult | None, num_gpus: int) -> dict[str, Any]:
 
 def save_figure(ctx: FigureContext, fig: Figure, stem: str, data: pd.DataFrame) -> list[Path]:
     """Write ``stem``.png, ``stem``.pdf and ``stem``.csv (the data behind the figure) into the output dir."""
+    from dcpsim.experiments.output.write import Outputs
+
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     paths = [ctx.out_dir / f"{stem}.{ext}" for ext in ("png", "pdf", "csv")]
-    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
-    data.to_csv(paths[2], index=False)
+    with Outputs({p.name: p for p in paths}) as outs:  # the three land together or not at all
+        with outs.writing(paths[0].name) as tmp:
+            fig.savefig(tmp, dpi=150, bbox_inches="tight")
+        with outs.writing(paths[1].name) as tmp:
+            fig.savefig(tmp, bbox_inches="tight")
+        with outs.writing(paths[2].name) as tmp:
+            data.to_csv(tmp, index=False)
     ctx.log(f"wrote {', '.join(str(p) for p in paths)}")
     return paths
 

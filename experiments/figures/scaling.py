@@ -77,7 +77,6 @@ def plot(df: pd.DataFrame, base: Scenario) -> Figure:
         a.minorticks_off()
         a.set_xlabel("cluster size (GPUs)")
         a.grid(alpha=0.3)
-        a.legend(title="policy", fontsize=8)
     ax.margins(y=0.15)
     ax.set_ylabel(f"throughput speedup over {base_label} (×)")
     ax.set_title("speedup (labels: × over the baseline)", fontsize=9.5)
@@ -88,7 +87,11 @@ def plot(df: pd.DataFrame, base: Scenario) -> Figure:
     fig.suptitle(f"(f) Speedup against cluster size — weak scaling of {base.name}: {base.model}, TP{base.tp} "
                  f"PP{base.pp}, pool {min(df.pool)}–{max(df.pool)}, {per_rank / 1e3:,.0f}K tokens per rank "
                  f"per batch, context {base.context_len:,}", fontsize=10)
-    fig.tight_layout()
+    # one legend under both panels: inside an axis it covers points (mcore-dcp's at 1,024 GPUs)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, title="policy", fontsize=8, loc="lower center", ncol=len(policies),
+               bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0.0, 0.1, 1.0, 1.0))
     return fig
 
 

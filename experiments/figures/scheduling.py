@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dcpsim.experiments.figures.common import Figure, FigureContext, new_figure, policy_colour, save_figure
 from dcpsim.experiments.runner import PolicySpec, build_policy
@@ -86,7 +86,7 @@ def collect(ctx: FigureContext, base: Scenario) -> pd.DataFrame:
             except Exception as e:  # noqa: BLE001 — e.g. a job that cannot hold the batch: a gap, not a failure
                 secs, err = float("nan"), f"{type(e).__name__}: {e}"
                 ctx.log(f"  {spec.label}: FAILED ({err})")
-            rows.append({"scenario": base.name, "sweep": sweep, "n": n, "W": w, "policy": spec.label,
+            rows.append({"trace": base.trace, "seed": base.seed, "sweep": sweep, "n": n, "W": w, "policy": spec.label,
                          "model": job.model.name, "gpu": job.gpu.name, "max_tokens_per_rank": job.max_tokens_per_rank,
                          "cases": source, "scheduling_time_s": secs, "error": err})
     return pd.DataFrame(rows)
@@ -104,6 +104,9 @@ def plot(df: pd.DataFrame, base: Scenario) -> Figure:
             ax.plot(e[xcol], e.scheduling_time_s * 1e3, marker="o", label=pol, color=policy_colour(pol, policies))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        # 1-2-5 labelled ticks per decade (a span under one decade still gets several), unlabelled minor ones
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=tuple(range(1, 10))))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xticks(sorted(d[xcol].unique()), [f"{int(v):,}" for v in sorted(d[xcol].unique())])
@@ -114,8 +117,8 @@ def plot(df: pd.DataFrame, base: Scenario) -> Figure:
         fixed = f"W = {int(d.W.iloc[0])}" if sweep == "n" else f"n = {int(d.n.iloc[0]):,}"
         ax.set_title(f"against {'n' if sweep == 'n' else 'W'} ({fixed})", fontsize=9.5)
     fig.suptitle(f"(d) Scheduling time per policy — trace {base.trace}, {df.model.iloc[0]} on "
-                 f"{df.gpu.iloc[0].upper()}, budget for ~{MICROBATCHES} microbatches; one planning call "
-                 "(best of ≤ 3), one CPU core", fontsize=10)
+                 f"{df.gpu.iloc[0].upper()} (the job that ran), budget for ~{MICROBATCHES} microbatches; one "
+                 "planning call (best of ≤ 3), one CPU core", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -38,7 +38,10 @@ def collect(ctx: FigureContext, sc: Scenario) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
 
-def plot(df: pd.DataFrame, sc: Scenario) -> Figure:
+def plot(df: pd.DataFrame, sc: Scenario, figure_label: str = "(c) ") -> Figure:
+    """The panels; ``figure_label`` starts the title (``dcpsim skew`` draws the plot on its own, without it)."""
+    from matplotlib.ticker import MaxNLocator
+
     policies = list(dict.fromkeys(df.policy)) or ["(none)"]
     fig = new_figure(figsize=(4.4 * len(policies) + 0.8, 4.6), layout="constrained")
     axes = fig.subplots(1, len(policies), sharex=True, sharey=True, squeeze=False)
@@ -47,7 +50,7 @@ def plot(df: pd.DataFrame, sc: Scenario) -> Figure:
         if len(d):
             ratio, _ = equal_tokens_time_ratio(d[["tokens", "compute_s"]])
             sp = ax.scatter(d.tokens / 1e3, d.compute_s * 1e3, c=d.microbatch, cmap="viridis", s=9, alpha=0.75,
-                            edgecolors="none")
+                            edgecolors="none", vmin=0, vmax=max(int(df.microbatch.max()), 1))  # one colour scale
             t = d.compute_s.to_numpy()
             ax.set_title(f"{pol} ({d.microbatch.nunique()} microbatches)\n"
                          f"max/median time {t.max() / np.median(t):.2f}×; ±10%-tokens ratio {ratio:.2f}×",
@@ -59,8 +62,9 @@ def plot(df: pd.DataFrame, sc: Scenario) -> Figure:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("microbatch time on the rank, F + B compute (ms)")
     if sp is not None:
-        fig.colorbar(sp, ax=list(axes[0]), label="microbatch index", pad=0.01)
-    fig.suptitle(f"(c) Per-rank tokens against microbatch time (one point per rank and microbatch, stage 0)\n"
+        fig.colorbar(sp, ax=list(axes[0]), label="microbatch index", pad=0.01,
+                     ticks=MaxNLocator(integer=True))   # microbatches are counted: integer ticks
+    fig.suptitle(f"{figure_label}Per-rank tokens against microbatch time (one point per rank and microbatch, stage 0)\n"
                  f"{sc.name}: {sc.model}, {sc.num_gpus:,} GPUs, pool {sc.pool}, context {sc.context_len:,}",
                  fontsize=10)
     return fig

@@ -76,6 +76,7 @@ def plot(df: pd.DataFrame, sc: Scenario) -> Figure:
                      else f"random stragglers ({RANDOM_FRACTION:.0%} of the {sc.pp * sc.pool:,} stage-ranks, "
                           f"seed {sc.seed})", fontsize=9)
         ax.grid(alpha=0.3)
+    axes[0].set_ylim(0, None)   # from 0: the drop with f reads as a share of the throughput
     axes[0].set_ylabel("throughput, tokens/s/GPU")
     axes[0].legend(title="policy", fontsize=8)
     fig.suptitle(f"(h) Throughput against straggler severity: {sc.name} ({sc.num_gpus:,} GPUs); "

@@ -1,7 +1,9 @@
 """Figure (a): throughput per policy against context length, with each policy's speedup over the baseline.
 
 The base scenario's trace is cut at each context length (documents longer than the window become
-window-sized pieces, so every point trains on the same tokens); everything else stays fixed.
+window-sized pieces, so every point trains on the same tokens); everything else stays fixed. Each point runs
+``SEEDS`` trace seeds (the scenario's and the next ones; ``--quick``: ``QUICK_SEEDS``): a bar is the mean, its
+whisker the min–max over the seeds, its label the mean of the per-seed speedups; the CSV has one row per seed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ TITLE = "throughput per policy against context length"
 DEFAULT_SCENARIOS = ("h100-512-256k",)
 CONTEXTS = (32768, 65536, 131072, 262144)
 QUICK_CONTEXTS = (32768, 262144)
+SEEDS, QUICK_SEEDS = 3, 2  # trace seeds per point (the scenario's seed and the next ones): bars are the mean,
+#                            whiskers the min–max over seeds, so a gap between policies can be read against it
 
 
 def contexts_for(sc: Scenario, quick: bool) -> list[int]:
@@ -43,18 +47,28 @@ def contexts_for(sc: Scenario, quick: bool) -> list[int]:
 def collect(ctx: FigureContext, base: Scenario) -> pd.DataFrame:
     rows = []
     specs = ctx.specs(base)
+    seeds = [base.seed + k for k in range(QUICK_SEEDS if ctx.quick else SEEDS)]
     for c in contexts_for(base, ctx.quick):
-        sc = base.with_(context_len=c, name=f"{base.name}@{human_tokens(c)}")
-        ctx.log(f"(a) context {human_tokens(c)}")
-        for spec in specs:
-            res = ctx.try_run(sc, spec)
-            rows.append({"scenario": base.name, "context_len": c, "policy": spec.label,
-                         **metrics_row(res, sc.num_gpus)})
+        for seed in seeds:
+            sc = base.with_(context_len=c, seed=seed, name=f"{base.name}@{human_tokens(c)}")
+            ctx.log(f"(a) context {human_tokens(c)}, seed {seed}")
+            for spec in specs:
+                res = ctx.try_run(sc, spec)
+                rows.append({"scenario": base.name, "context_len": c, "seed": seed, "policy": spec.label,
+                             **metrics_row(res, sc.num_gpus)})
     df = pd.DataFrame(rows)
     base_label = baseline_of([s.label for s in specs])
-    ref = df[df.policy == base_label].set_index("context_len")["tokens_per_s"]
-    df["speedup_vs_" + base_label.replace("-", "_")] = df["tokens_per_s"] / df["context_len"].map(ref)
+    ref = df[df.policy == base_label].set_index(["context_len", "seed"])["tokens_per_s"]
+    keys = pd.MultiIndex.from_frame(df[["context_len", "seed"]])
+    df["speedup_vs_" + base_label.replace("-", "_")] = df["tokens_per_s"].to_numpy() / ref.reindex(keys).to_numpy()
     return df
+
+
+def over_seeds(df: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per (policy, context): mean, min and max of ``column`` over the seeds (NaN where any seed failed)."""
+    g = df.groupby(["policy", "context_len"], sort=False)[column]
+    out = pd.DataFrame({"mean": g.mean(), "min": g.min(), "max": g.max()})
+    return out.where(g.count() == g.size(), np.nan)
 
 
 def plot(df: pd.DataFrame, base: Scenario) -> Figure:
@@ -67,12 +81,18 @@ def plot(df: pd.DataFrame, base: Scenario) -> Figure:
     x = np.arange(len(contexts))
     width = 0.8 / len(policies)
     top = np.nanmax(df.tokens_per_s_per_gpu.to_numpy()) if df.ok.any() else 1.0
+    tput, speed = over_seeds(df, "tokens_per_s_per_gpu"), over_seeds(df, speed_col)
+    n_seeds = df.seed.nunique() if "seed" in df else 1
     for i, pol in enumerate(policies):
-        d = df[df.policy == pol].set_index("context_len").reindex(contexts)
+        d = tput.loc[pol].reindex(contexts)
+        sp = speed.loc[pol].reindex(contexts)
         xs = x + (i - (len(policies) - 1) / 2) * width
-        ax.bar(xs, d.tokens_per_s_per_gpu, width, label=pol, color=policy_colour(pol, policies),
+        ax.bar(xs, d["mean"], width, label=pol, color=policy_colour(pol, policies),
                edgecolor="black", linewidth=0.4)
-        for xi, v, s in zip(xs, d.tokens_per_s_per_gpu, d[speed_col]):
+        if n_seeds > 1:
+            ax.errorbar(xs, d["mean"], yerr=[d["mean"] - d["min"], d["max"] - d["mean"]], fmt="none",
+                        ecolor="black", elinewidth=0.9, capsize=2.5)
+        for xi, v, s in zip(xs, d["max"], sp["mean"]):
             if np.isfinite(v):
                 ax.text(xi, v + 0.01 * top, f"{s:.2f}×", ha="center", va="bottom", fontsize=7.5)
             else:
@@ -85,7 +105,8 @@ def plot(df: pd.DataFrame, base: Scenario) -> Figure:
     ax.legend(title="policy", fontsize=8, loc="upper right")
     ax.set_title(f"(a) Throughput against context length — {base.name}\n{base.model} on {base.num_gpus:,} "
                  f"{base.gpu.upper()} (TP{base.tp} PP{base.pp} pool {base.pool}), "
-                 f"{human_tokens(base.global_batch_tokens)} tokens/batch; labels: speedup over {base_label}",
+                 f"{human_tokens(base.global_batch_tokens)} tokens/batch; labels: speedup over {base_label}"
+                 + (f" (mean of {n_seeds} trace seeds; whiskers: min–max)" if n_seeds > 1 else ""),
                  fontsize=9.5)
     return fig
 

@@ -44,6 +44,10 @@ class LayerQuery:
     attention_backend: str | None = None  # fa2, fa3, cudnn; default: TransformerEngine's pick on the GPU
     tp_comm_overlap: float = 0.0
     recompute: str = "none"  # Megatron-LM's --recompute-granularity: none, selective, full
+    pool: int | None = None  # DP x CP ranks of the stage (default: cp); EP groups are carved from them
+    ep: int = 1  # expert-parallel degree (a MoE model)
+    etp: int | None = None  # expert-tensor-parallel degree (default: tp, Megatron's)
+    moe_dispatcher: str = "alltoall"  # alltoall or flex (cost_models.moe)
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> LayerQuery:
@@ -88,9 +92,10 @@ def predict(query: LayerQuery) -> dict:
     model = build_model(query)
     gpu = resolve_gpu(query.gpu)
     L, c = query.seq_len, query.cp
-    job = JobSpec(model=model, gpu=gpu, tp=query.tp, pp=1, pool=c, context_len=L, global_batch_tokens=L,
-                  tp_comm_overlap=query.tp_comm_overlap, attention_backend=query.attention_backend,
-                  recompute=query.recompute)
+    job = JobSpec(model=model, gpu=gpu, tp=query.tp, pp=1, pool=query.pool or c, context_len=L,
+                  global_batch_tokens=L, tp_comm_overlap=query.tp_comm_overlap,
+                  attention_backend=query.attention_backend, recompute=query.recompute, ep=query.ep, etp=query.etp,
+                  moe_dispatcher=query.moe_dispatcher)
     u = _ulysses(query, job)
     cal = Calibration.load(query.calibration) if query.calibration else default_calibration(gpu)
     one = GroupBatch(seq_len=np.array([L], dtype=np.int64), seq_group=np.array([0], dtype=np.int64),
@@ -119,6 +124,9 @@ def predict(query: LayerQuery) -> dict:
     return {
         "seq_len": L, "gpu": gpu.name, "tp": query.tp, "cp": c, "engine": engine if c > 1 else "none",
         "calibration": cal.name, "attention_backend": backend,
+        "gemm_pricing": (f"shapes, {cal.gemm.peak_tflops:g} TFLOP/s + traffic at {gpu.hbm_bw_gbs:g} GB/s"
+                         if layer.gemm_shapes else f"token curve (peak {cal.gemm.peak_tflops:g} TFLOP/s, "
+                         f"half {cal.gemm.half:g} tokens)"),
         "model": {k: getattr(model, k) for k in ("hidden", "ffn", "heads", "kv_heads", "head_dim")},
         "attention_fwd_s": float(attn.fwd_compute_s[0]), "attention_bwd_s": float(attn.bwd_compute_s[0]),
         "linear_fwd_s": float(lin.fwd_compute_s[0]), "linear_bwd_s": float(lin.bwd_compute_s[0]),
@@ -127,6 +135,9 @@ def predict(query: LayerQuery) -> dict:
         "cp_comm_fwd_s": float(full.fwd_comm_s[0]), "cp_comm_bwd_s": float(full.bwd_comm_s[0]),
         "tp_comm_fwd_s": float(np.asarray(full.fwd_tp_comm_s).reshape(-1)[0]),
         "tp_comm_bwd_s": float(np.asarray(full.bwd_tp_comm_s).reshape(-1)[0]),
+        "ep": job.ep, "etp": job.expert_tp, "moe_dispatcher": job.moe_dispatcher,
+        "ep_comm_fwd_s": float(np.asarray(full.fwd_ep_comm_s).reshape(-1)[0]),
+        "ep_comm_bwd_s": float(np.asarray(full.bwd_ep_comm_s).reshape(-1)[0]),
         "total_s": float(full.total_s[0]), "recompute": query.recompute, "recompute_bwd_s": recompute_bwd,
         "memory_kernels_fwd_s": float(mem_f[0]), "memory_kernels_bwd_s": float(mem_b[0]),
         "embedding_fwd_s": float(emb_f[0]), "embedding_bwd_s": float(emb_b[0]),

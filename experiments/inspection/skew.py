@@ -50,5 +50,5 @@ def write_skew_plot(skews: list[PolicySkew], sc: Scenario, path: str) -> None:
 
     from dcpsim.experiments.figures.skew import plot
 
-    fig = plot(pd.concat([s.stage0 for s in skews], ignore_index=True), sc)
+    fig = plot(pd.concat([s.stage0 for s in skews], ignore_index=True), sc, figure_label="")
     fig.savefig(path, dpi=130)

@@ -16,7 +16,6 @@ The function is pure: it returns a dict; writing it is the caller's business (:f
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -82,16 +81,17 @@ def timeline_to_chrome(tl: Timeline, *, label: str | None = None,
     return out
 
 
+def chrome_trace_json(tl: Timeline, **kw: Any) -> str:
+    """The Chrome trace of ``tl`` as compact JSON text; a non-finite time or metric is refused naming its field
+    (:func:`experiments.output.write.dumps_json`)."""
+    from dcpsim.experiments.output.write import dumps_json
+
+    return dumps_json(timeline_to_chrome(tl, **kw), "--chrome-trace", separators=(",", ":"))
+
+
 def write_chrome_trace(path: str | Path, tl: Timeline, **kw: Any) -> int:
-    """Write the Chrome trace of ``tl`` to ``path``; return the number of slices ("X" events)."""
-    trace = timeline_to_chrome(tl, **kw)
-    Path(path).write_text(json.dumps(trace, separators=(",", ":"), default=_json_default))
+    """Write the Chrome trace of ``tl`` to ``path`` (atomically); return the number of slices ("X" events)."""
+    from dcpsim.experiments.output.write import write_text
+
+    write_text(path, chrome_trace_json(tl, **kw), "--chrome-trace")
     return len(tl)
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, (tuple, set)):
-        return list(o)
-    raise TypeError(f"{type(o).__name__} is not JSON serialisable")

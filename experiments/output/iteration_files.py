@@ -1,26 +1,33 @@
 """The files ``dcpsim simulate`` writes of an iteration: its plan (JSON), its timeline (CSV or Parquet) and
-its Chrome trace."""
+its Chrome trace, through one :class:`experiments.output.write.Outputs` (checked up front, all or none)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dcpsim.experiments.output.write import Outputs
     from dcpsim.sim.simulate import IterationResult
 
+PLAN, TIMELINE, CHROME = "--plan-out", "--timeline-out", "--chrome-trace"
 
-def write_iteration_files(result: IterationResult, label: str, plan: str | None = None,
-                          timeline: str | None = None, chrome_trace: str | None = None,
+
+def write_iteration_files(result: IterationResult, label: str, outs: Outputs,
                           metadata: dict[str, Any] | None = None) -> None:
-    """Write what is asked of one iteration: ``plan`` as JSON, ``timeline`` as .parquet (by its suffix) or
-    CSV, ``chrome_trace`` as a Chrome trace named ``label`` carrying ``metadata``."""
-    if plan:
-        Path(plan).write_text(result.plan.to_json())
-    if timeline:
-        df = result.timeline.to_frame()
-        (df.to_parquet if timeline.endswith(".parquet") else df.to_csv)(timeline, index=False)
-    if chrome_trace:
-        from dcpsim.experiments.output.chrome_trace import write_chrome_trace
+    """Write what ``outs`` holds of one iteration: ``--plan-out`` as JSON, ``--timeline-out`` as .parquet (by
+    its suffix) or CSV, ``--chrome-trace`` as a Chrome trace named ``label`` carrying ``metadata``."""
+    from dcpsim.experiments.output.write import dumps_json
 
-        write_chrome_trace(chrome_trace, result.timeline, label=label, metadata=metadata)
+    if PLAN in outs:
+        outs.write_text(PLAN, dumps_json(result.plan.to_dict(), PLAN, sort_keys=True))
+    if TIMELINE in outs:
+        df = result.timeline.to_frame()
+        with outs.writing(TIMELINE) as tmp:
+            if outs.final(TIMELINE).suffix == ".parquet":
+                df.to_parquet(tmp, index=False)
+            else:
+                df.to_csv(tmp, index=False)
+    if CHROME in outs:
+        from dcpsim.experiments.output.chrome_trace import chrome_trace_json
+
+        outs.write_text(CHROME, chrome_trace_json(result.timeline, label=label, metadata=metadata))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from dcpsim.cost_models import Calibration, CalibrationError
 from dcpsim.experiments.replay.fit import KNOBS, fit_report, fit_runs
@@ -22,6 +21,20 @@ def run_fit(args: argparse.Namespace, base_of: Callable[[argparse.Namespace], Ca
                                "pass that calibration as --base)")
     if args.folds < 2:
         raise LogError(f"--folds = {args.folds} is invalid: expected an integer ≥ 2")
+    from dcpsim.experiments.calibration.fit import calibration_inputs, calibration_json
+    from dcpsim.experiments.output.write import Outputs
+
+    inputs = {f"--runs {p}": p for p in args.runs} | calibration_inputs([], args.base)
+    with Outputs({"-o": args.output}, inputs) as outs:  # checked before the fit; written at the end
+        res, logs, base = _fit(args, base_of)
+        outs.write_text("-o", calibration_json(res.calibration))
+    print(f"wrote {args.output}: calibration {res.calibration.name!r} fitted to {sum(res.datasets.values())} "
+          f"measured iterations of {len(logs)} run(s); other terms from {base.name}")
+    print(fit_report(res))
+    return 0
+
+
+def _fit(args: argparse.Namespace, base_of: Callable[[argparse.Namespace], Calibration]) -> tuple:
     logs = load_runs(args.runs, args.source)
     gpus = {job_of(log, p).gpu.name for p, log in zip(args.runs, logs)}
     if len(gpus) != 1:
@@ -34,15 +47,4 @@ def run_fit(args: argparse.Namespace, base_of: Callable[[argparse.Namespace], Ca
     knobs = [k.strip() for k in args.knobs.split(",") if k.strip()] if args.knobs else list(KNOBS)
     res = fit_runs(logs, base, gpu, knobs=knobs, folds=args.folds, name=args.name or f"{gpu_name}-fitted-to-runs",
                    progress=lambda s: print(s, file=sys.stderr))
-    out = Path(args.output)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        tmp.write_text(res.calibration.to_json() + "\n")
-        tmp.replace(out)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise CalibrationError(f"cannot write calibration file {out}: {e.strerror}") from None
-    print(f"wrote {out}: calibration {res.calibration.name!r} fitted to {sum(res.datasets.values())} measured "
-          f"iterations of {len(logs)} run(s); other terms from {base.name}")
-    print(fit_report(res))
-    return 0
+    return res, logs, base

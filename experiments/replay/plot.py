@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from dcpsim.experiments.replay.replay import Replayed
-from dcpsim.experiments.replay.runlog import LogError
 from dcpsim.experiments.replay.stats import ErrorStats
 
 
 def write_scatter(path: str, rows: Sequence[tuple[str, Replayed]], overall: ErrorStats, log: bool = False) -> None:
     """Predicted against measured (ms), one colour per dataset, the y = x line (``log``: log-log axes, for
-    datasets of different scales); written all or nothing."""
+    datasets of different scales), saved to ``path`` (the caller makes it atomic: :mod:`experiments.output.write`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -32,11 +30,4 @@ def write_scatter(path: str, rows: Sequence[tuple[str, Replayed]], overall: Erro
         ax.set(xscale="log", yscale="log")
     ax.legend(fontsize=6)
     fig.tight_layout()
-    p = Path(path)
-    tmp = p.with_name(p.stem + ".tmp" + p.suffix)
-    try:
-        fig.savefig(tmp, dpi=110)
-        tmp.replace(p)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise LogError(f"cannot write plot {p}: {e.strerror}") from None
+    fig.savefig(path, dpi=110)

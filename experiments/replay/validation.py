@@ -125,7 +125,8 @@ def markdown(table: StepsTable) -> str:
 
 def write_docs(table: StepsTable, doc: str | Path) -> Path:
     """Replace the table between ``BEGIN`` and ``END`` in ``doc`` with :func:`markdown` and write the scatter of
-    every iteration beside it (``SCATTER``); returns the scatter's path."""
+    every iteration beside it (``SCATTER``), both or neither; returns the scatter's path."""
+    from dcpsim.experiments.output.write import Outputs
     from dcpsim.experiments.replay.plot import write_scatter
 
     p = Path(doc)
@@ -138,11 +139,10 @@ def write_docs(table: StepsTable, doc: str | Path) -> Path:
         raise LogError(f"--write-docs {p}: no {BEGIN} ... {END} block to replace")
     scatter = p.with_name(SCATTER)
     pts = table.replayed
-    write_scatter(str(scatter), pts, error_stats([r.predicted_s for _, r in pts], [r.measured_s for _, r in pts]),
-                  log=True)
     body = f"{BEGIN}\n{markdown(table)}\n{END}"
-    try:
-        p.write_text(pattern.sub(lambda _m: body, text), encoding="utf-8")
-    except OSError as e:
-        raise LogError(f"--write-docs {p}: cannot write it ({e.strerror})") from None
+    with Outputs({"--write-docs": p, "--write-docs (scatter)": scatter}, images=("--write-docs (scatter)",)) as out:
+        with out.writing("--write-docs (scatter)") as tmp:
+            write_scatter(str(tmp), pts, error_stats([r.predicted_s for _, r in pts], [r.measured_s for _, r in pts]),
+                          log=True)
+        out.write_text("--write-docs", pattern.sub(lambda _m: body, text))
     return scatter

@@ -48,6 +48,8 @@ class Scenario:
     attention_backend: str | None = None  # fa2, fa3, cudnn; default: TransformerEngine's pick on the GPU
     ep: int = 1  # expert-parallel degree of a MoE model, carved from the pool (cost_models.moe)
     moe_recompute: bool = True  # MoE layers recompute router + experts in the backward (cost_models.moe)
+    etp: int = 0  # expert-tensor-parallel degree, Megatron's --expert-tensor-parallel-size (0: = tp, its default)
+    moe_dispatcher: str = "alltoall"  # MoE token dispatcher: alltoall or flex (DeepEP), cost_models.moe
     recompute: str = "none"  # activation recompute, Megatron's --recompute-granularity (none: its default)
     recompute_method: str = "uniform"  # with full: Megatron's --recompute-method
     recompute_layers: int = 0  # with full: Megatron's --recompute-num-layers (0: its usual 1)
@@ -86,7 +88,8 @@ class Scenario:
                        pool=self.pool, context_len=self.context_len, global_batch_tokens=self.global_batch_tokens,
                        memory_reserve_gb=self.memory_reserve_gb, max_tokens_per_rank=self.max_tokens_per_rank,
                        tp_comm_overlap=self.tp_comm_overlap, attention_backend=self.attention_backend, ep=self.ep,
-                       moe_recompute=self.moe_recompute, stragglers=self.straggler_spec(), recompute=self.recompute,
+                       etp=self.etp or None, moe_dispatcher=self.moe_dispatcher, moe_recompute=self.moe_recompute,
+                       stragglers=self.straggler_spec(), recompute=self.recompute,
                        recompute_method=self.recompute_method, recompute_layers=self.recompute_layers or None,
                        overlap_grad_reduce=self.overlap_grad_reduce, overlap_param_gather=self.overlap_param_gather,
                        grad_reduce_in_fp32=self.grad_reduce_in_fp32)
@@ -123,5 +126,6 @@ class Scenario:
 
 
 DEFAULT_SCENARIO = Scenario()
+# Megatron training-step settings (cost_models.recompute, dp_overlap) and MoE layout settings (cost_models.moe)
 STEP_FIELDS = ("recompute", "recompute_method", "recompute_layers", "overlap_grad_reduce", "overlap_param_gather",
-               "grad_reduce_in_fp32")  # Megatron training-step settings (cost_models.recompute, dp_overlap)
+               "grad_reduce_in_fp32", "etp", "moe_dispatcher")

@@ -31,14 +31,23 @@ class Case:
     error: float  # relative (signed; distance to a range for range measurements)
     tolerance: float
     unit: str
+    measured_range: tuple[float, float] | None = None  # a range measurement: ``measured`` is its middle
 
     @property
     def ok(self) -> bool:
         return abs(self.error) <= self.tolerance
 
+    @property
+    def in_range(self) -> bool:
+        """The prediction lies inside a measured range (its error is 0 by definition, not by a match)."""
+        return self.measured_range is not None and self.measured_range[0] <= self.predicted <= self.measured_range[1]
+
     def to_dict(self) -> dict:
-        return {"suite": self.suite, "case": self.case, "predicted": self.predicted, "measured": self.measured,
-                "error": self.error, "tolerance": self.tolerance, "unit": self.unit, "ok": self.ok}
+        d = {"suite": self.suite, "case": self.case, "predicted": self.predicted, "measured": self.measured,
+             "error": self.error, "tolerance": self.tolerance, "unit": self.unit, "ok": self.ok}
+        if self.measured_range is not None:
+            d["measured_range"] = list(self.measured_range)
+        return d
 
 
 def tolerances() -> dict[str, float]:
@@ -117,7 +126,7 @@ def cp_benchmark_cases(tol: dict[str, float]) -> list[Case]:
         mid = (lo + hi) / 2
         err = 0.0 if lo <= speedup <= hi else (speedup - (lo if speedup < lo else hi)) / mid
         out.append(Case("cp_benchmark", f"{name} speed-up CP2 to CP8", speedup, mid, err, tol["cp_benchmark"],
-                        "x"))
+                        "x", (lo, hi)))
     return out
 
 

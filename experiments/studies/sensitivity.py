@@ -15,7 +15,6 @@ Run (prints a markdown table; ``--json FILE`` also writes the raw ratios)::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 
@@ -72,8 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{s} {v}: {results[s][v]}", file=sys.stderr, flush=True)
     print(table(results, vs))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1, sort_keys=True)
+        from dcpsim.experiments.output.write import dumps_json, write_text
+
+        write_text(args.json, dumps_json(results, "--json", indent=1, sort_keys=True), "--json")
     return 0
 
 

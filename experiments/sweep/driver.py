@@ -38,8 +38,9 @@ from typing import Any
 import pandas as pd
 
 from dcpsim.experiments.errors import ScenarioError
-from dcpsim.experiments.sweep.grid import Sweep
-from dcpsim.experiments.sweep.keys import code_version
+from dcpsim.experiments.output.write import write_text
+from dcpsim.experiments.sweep.grid import Sweep, check_size
+from dcpsim.experiments.sweep.keys import code_version, named_files, point_files
 from dcpsim.experiments.sweep.store import read_record, store, stored_status
 from dcpsim.experiments.sweep.task import Task, run_task
 
@@ -76,25 +77,37 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, workers: int = 1, retry_errors:
     if backend not in BACKENDS:
         raise ScenarioError(f"backend {backend!r} is not known; valid: {', '.join(BACKENDS)}")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_size(sweep)
+    definition = claim_store(sweep, out_dir)
     tasks = sweep.tasks()
-    stored = stored_status(out_dir)
+    malformed: dict[str, str] = {}
+    stored = stored_status(out_dir, malformed)
     todo = [t for t in tasks if t.key not in stored or (retry_errors and stored[t.key])]
     todo = list({t.key: t for t in todo}.values())  # equal points (a repeated grid value) run once
     reused = len(tasks) - len(todo)
     say = log or (lambda _m: None)
+    ours = {t.key for t in tasks}
+    bad = sorted(k for k in malformed if k in ours)
+    if bad:
+        say(f"{len(bad)} stored record(s) are malformed and run again; first: points/{bad[0]}.json: "
+            f"{malformed[bad[0]]}")
     where = f"Ray ({address or f'local, {workers} CPUs'})" if backend == "ray" else f"{workers} worker(s)"
     say(f"{sweep.num_points} points x {len(sweep.policies)} policies = {len(tasks)} tasks; {reused} stored, "
         f"{len(todo)} to run on {where}; code {tasks[0].code if tasks else code_version()}")
-    (out_dir / "sweep.json").write_text(json.dumps(
+    write_text(out_dir / "sweep.json", json.dumps(
         {"source": sweep.source, "base": sweep.base.name, "grid": sweep.grid, "set": sweep.fixed,
          "policies": list(sweep.policies), "seeds": list(sweep.seeds), "points": sweep.num_points,
-         "tasks": len(tasks), "code": code_version()}, indent=1, default=str))
+         "tasks": len(tasks), "code": code_version(), "definition": definition}, indent=1, default=str),
+        "sweep.json")
     done = 0
+    stale: list[str] = []
 
     def finished(rec: dict[str, Any]) -> None:
         nonlocal done
-        store(out_dir, rec)
+        if rec.get("stale"):  # computed from other file contents than its key's: never stored under it
+            stale.append(rec["stale"])
+        else:
+            store(out_dir, rec)
         done += 1
         if rec.get("error"):
             say(f"point {rec['point']} {rec['policy']}: {rec['error']}")
@@ -112,7 +125,47 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, workers: int = 1, retry_errors:
         from dcpsim.experiments.sweep.pool import run_pool
 
         run_pool(todo, finished, workers, max_retries=max_retries)
+    changed = stale or changed_files(tasks)
+    if changed:
+        raise ScenarioError(f"{changed[0]}: its results would mix two contents, so the results table is not "
+                            "written; rerun the same command (the finished points are stored under the content "
+                            "they were computed from)")
     return finish(sweep, tasks, out_dir, len(todo), reused)
+
+
+def claim_store(sweep: Sweep, out_dir: Path) -> str:
+    """Make ``out_dir`` this sweep's store, or refuse (one line) a directory holding another sweep's; return
+    the sweep's definition digest (:meth:`Sweep.definition`, recorded in ``sweep.json``)."""
+    definition = sweep.definition()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ScenarioError(f"-o {out_dir}: is a file, not a directory")
+    meta = out_dir / "sweep.json"
+    if meta.is_file():
+        try:
+            held = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ScenarioError(f"-o {out_dir}: its sweep.json cannot be read ({e}); give another directory") \
+                from None
+        theirs = held.get("definition") if isinstance(held, dict) else None
+        if theirs is not None and theirs != definition:
+            raise ScenarioError(f"-o {out_dir}: holds the results of another sweep ({held.get('source')}, "
+                                f"{held.get('points')} points); give each sweep its own directory")
+    try:
+        (out_dir / "points").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ScenarioError(f"-o {out_dir}: cannot create the store there: {e.strerror or e}") from None
+    return definition
+
+
+def changed_files(tasks: list[Task]) -> list[str]:
+    """The files named by ``tasks`` whose content now differs from the one in their keys (read again)."""
+    digests: dict[str, str] = {}
+    for t in tasks:
+        now = point_files(t.scenario, digests)
+        for role, digest in t.files.items():
+            if now.get(role) != digest:
+                return [f"{role} file {named_files(t.scenario).get(role, role)} changed while the sweep ran"]
+    return []
 
 
 def finish(sweep: Sweep, tasks: list[Task], out_dir: Path, computed: int, reused: int) -> SweepReport:

@@ -6,12 +6,12 @@ result is reused only when none of them changed:
 
 - **scenario and policy**: the parsed fields (not the scenario file's text: a comment or a reordering in a
   scenario file recomputes nothing, a changed value recomputes exactly the points it reaches);
-- **code**: :func:`code_version` — ``dcpsim.__version__``, and when the package runs from a git checkout the
-  commit of that checkout plus a hash of its uncommitted changes (tracked edits and untracked files) under the
-  package's source folders; and the versions of numpy, scipy and simpy. Edits to tests, docs or other files
-  of the checkout do not count; an edit to any module or shipped data file (the GPUs' default calibrations
-  live in ``cost_models/data``) recomputes every task, since which tasks a code change affects cannot be
-  known;
+- **code**: :func:`code_version` — ``dcpsim.__version__``, the sha256 of the *content* of every file of the
+  installed package (:func:`source_digest`: modules and the shipped data files a run reads — presets, the
+  GPUs' default calibrations in ``cost_models/data``, measured tables), and the versions of numpy, scipy and
+  simpy. Not the git commit: a commit, a checkout of the same tree elsewhere or a wheel of it reuses every
+  result; tests, docs and other files outside the package do not count; an edit to any module or shipped
+  data file recomputes every task, since which tasks a code change affects cannot be known;
 - **files**: :func:`point_files` — the sha256 of the trace file, the calibration file and the GPU file when
   the point names them (presets and the shipped calibrations are code, covered above). A file that cannot
   be read hashes as ``missing``; its task then records the read error, and reruns once the file exists.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -88,14 +87,6 @@ def point_files(scenario: dict[str, Any], cache: dict[str, str] | None = None) -
     return out
 
 
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout.decode(errors="replace") if r.returncode == 0 else None
-
-
 def source_folders() -> list[Path]:
     """The folders the installed ``dcpsim`` package's modules load from (found without importing them)."""
     import importlib.util
@@ -110,34 +101,19 @@ def source_folders() -> list[Path]:
     return dirs
 
 
-def checkout_state(folders: list[Path]) -> tuple[str, str] | None:
-    """(commit, digest of uncommitted changes, '' when clean) of the git checkout holding ``folders``.
-
-    None when they are not tracked files of a checkout (an installed wheel, even one inside a checkout's
-    ignored ``.venv``, or no git on the machine).
-    """
-    top = _git(folders[0], "rev-parse", "--show-toplevel")
-    if not top:
-        return None
-    root = Path(top.strip())
-    rel = []
-    for d in folders:
-        try:
-            rel.append(str(d.relative_to(root)))
-        except ValueError:
-            return None
-    if not (_git(root, "ls-files", "--", rel[0]) or "").strip():  # not tracked: not this checkout's code
-        return None
-    head = _git(root, "rev-parse", "HEAD")
-    if head is None:
-        return None
-    diff = _git(root, "diff", "HEAD", "--binary", "--", *rel) or ""
-    untracked = (_git(root, "ls-files", "--others", "--exclude-standard", "-z", "--", *rel) or "").split("\0")
-    h = hashlib.sha256(diff.encode())
-    for name in sorted(u for u in untracked if u):
-        h.update(name.encode() + b"\0" + file_digest(root / name).encode())
-    dirty = h.hexdigest()[:12] if diff or any(untracked) else ""
-    return head.strip(), dirty
+def source_digest(folders: list[Path]) -> str:
+    """sha256 (hex) of every file under ``folders`` (modules and shipped data files alike: presets, default
+    calibrations, measured tables), by path relative to its folder and content; compiled caches
+    (``__pycache__``, ``.pyc``) do not count. The same bytes give the same digest in a checkout, a wheel or
+    another clone; a commit that changes no file under the folders changes nothing."""
+    h = hashlib.sha256()
+    for root in folders:
+        files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                       and p.suffix != ".pyc")
+        h.update(f"{root.name}\0{len(files)}\0".encode())
+        for p in files:
+            h.update(p.relative_to(root).as_posix().encode() + b"\0" + file_digest(p).encode() + b"\0")
+    return h.hexdigest()
 
 
 def _dist_version(name: str) -> str:
@@ -165,20 +141,15 @@ def runtime_versions() -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """The code computing results: ``0.1.0`` (installed) or ``0.1.0+g<commit>[.dirty<hash>]`` (a checkout),
-    then the dependencies' versions: ``0.1.0+g1a2b3c4d5e6f (numpy 2.2.1, scipy 1.15.0, simpy 4.1.1)``.
+    """The code computing results: ``dcpsim.__version__``, the content digest of the package's files
+    (:func:`source_digest`), then the dependencies' versions:
+    ``0.1.0+src1a2b3c4d5e6f (numpy 2.2.1, scipy 1.15.0, simpy 4.1.1)``.
 
     Computed once per process (the modules a process has imported do not change under it).
     """
     from dcpsim import __version__
 
-    state = checkout_state(source_folders())
-    if state is None:
-        ours = __version__
-    else:
-        commit, dirty = state
-        ours = f"{__version__}+g{commit[:12]}" + (f".dirty{dirty}" if dirty else "")
-    return f"{ours} ({dependency_versions()})"
+    return f"{__version__}+src{source_digest(source_folders())[:12]} ({dependency_versions()})"
 
 
 def task_key(scenario: dict[str, Any], policy: str, files: dict[str, str], code: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dcpsim.experiments.sweep.keys import named_files, runtime_versions
+from dcpsim.experiments.sweep.keys import named_files, point_files, runtime_versions
 
 
 @dataclass(frozen=True)
@@ -37,19 +37,24 @@ def _record(task: Task) -> dict[str, Any]:
 
 
 def run_task(task: Task) -> dict[str, Any]:
-    """Run one task in this process; never raises for a problem of the point (the error is recorded)."""
+    """Run one task in this process; never raises for a problem of the point (the error is recorded).
+
+    The files the point names are hashed before and after the run: when either digest is not the one in the
+    task's key (a file rewritten while the sweep ran), the record is marked ``stale`` and the driver does not
+    store it under that key."""
     from dcpsim.experiments.runner import parse_policy_specs, run_policy
     from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO
     from dcpsim.experiments.scenario.files import scenario_from_mapping
 
     t0 = time.perf_counter()
     record = _record(task)
+    defaults = DEFAULT_SCENARIO.to_dict()  # default values need no re-checking (an empty [gpu] table)
+    fields = {k: v for k, v in task.scenario.items() if k not in defaults or v != defaults[k]}
+    for k, path in named_files(fields).items():  # as the driver sees them (a Ray worker has its own cwd)
+        if task.cwd and not Path(path).is_absolute() and k in fields:
+            fields[k] = str(Path(task.cwd) / path)
+    before = point_files(fields)
     try:
-        defaults = DEFAULT_SCENARIO.to_dict()  # default values need no re-checking (an empty [gpu] table)
-        fields = {k: v for k, v in task.scenario.items() if k not in defaults or v != defaults[k]}
-        for k, path in named_files(fields).items():  # as the driver sees them (a Ray worker has its own cwd)
-            if task.cwd and not Path(path).is_absolute():
-                fields[k] = str(Path(task.cwd) / path)
         sc = scenario_from_mapping(fields, f"sweep point {task.point}")
         spec = parse_policy_specs(task.policy)[0]
         pr = run_policy(spec, sc.batches(), sc.cost_model(), sc.policy_options)
@@ -58,6 +63,12 @@ def run_task(task: Task) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 — recorded, not fatal: the sweep goes on
         record["error"] = f"{type(e).__name__}: {e}"
         record["traceback"] = traceback.format_exc(limit=4)
+    after = point_files(fields)
+    paths = named_files(task.scenario)
+    for role, digest in task.files.items():
+        if before.get(role) != digest or after.get(role) != digest:
+            record["stale"] = f"{role} file {paths.get(role, role)} changed while the sweep ran"
+            break
     record["elapsed_s"] = time.perf_counter() - t0
     record["pid"] = os.getpid()
     record["worker_version"] = runtime_versions()  # the driver checks it: a cluster's workers may differ

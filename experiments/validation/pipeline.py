@@ -4,7 +4,6 @@ with every policy, run the same plans for real and compare (:func:`run_validatio
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dcpsim.experiments.errors import ScenarioError
+from dcpsim.experiments.output.write import atomic_path, dumps_json, nulls_for_nonfinite, write_text
 from dcpsim.experiments.validation.settings import ValidateSettings
 
 if TYPE_CHECKING:  # pandas loads in the functions: 'dcpsim --help' stays fast
@@ -152,7 +152,7 @@ def _run(settings: ValidateSettings, say: Say) -> dict[str, Any]:
     cal, report = calibrate(read_profile(profile_path), settings, dtype)
     for w in report.warnings:
         say(f"warning: {w}")
-    (out / "calibration.json").write_text(cal.to_json() + "\n")
+    write_text(out / "calibration.json", cal.to_json() + "\n", "calibration.json")
     cm = AnalyticCostModel(job, cal)
 
     batches = synthetic_batches(settings.iterations, settings.tokens, settings.context_len,
@@ -191,7 +191,8 @@ def _run(settings: ValidateSettings, say: Say) -> dict[str, Any]:
     plot = settings.plot or str(out / "validate.png")
     from dcpsim.experiments.validation.plot import write_plot
 
-    write_plot(results, plot)
+    with atomic_path(plot, "--plot", image=True) as tmp:
+        write_plot(results, str(tmp))
     fit_terms = {t.key: {"how": t.how, "mape": t.mape} for t in report.terms if ":" not in t.key}
     for key in ("layer_overhead_fwd_s", "layer_overhead_bwd_s"):
         fit_terms.setdefault(key, {"how": "base", "mape": math.nan})["seconds"] = getattr(cal, key)
@@ -201,13 +202,14 @@ def _run(settings: ValidateSettings, say: Say) -> dict[str, Any]:
            "microbatches": _microbatch_records(results),
            "ranking": {"simulated": sim_rank, "measured": meas_rank, "same": same_ranking(predicted, measured),
                        "spread": spread} | verdict}
-    (out / "validate.json").write_text(document_json(doc) + "\n")
+    write_text(out / "validate.json", document_json(doc) + "\n", "validate.json")
     return doc
 
 
 def document_json(doc: dict[str, Any]) -> str:
-    """The document as one line of JSON (what validate.json holds and --json prints)."""
-    return json.dumps(doc, sort_keys=True, default=float)
+    """The document as one line of JSON (what validate.json holds and --json prints); a NaN in the document
+    (no noise estimate from one round, no error of an unfitted term) is ``null``: JSON has no NaN."""
+    return dumps_json(nulls_for_nonfinite(doc), "validate.json", sort_keys=True, default=float)
 
 
 def _round_label(label: str, j: int, rounds: int) -> str:
@@ -232,5 +234,7 @@ def write_files(out: Path, workloads, simulated, results) -> None:
 
     sim = pd.concat([df.assign(workload=w.label, iteration=i) for w in workloads
                      for i, df in enumerate(simulated[w.label])], ignore_index=True)
-    sim.to_csv(out / "simulated.csv", index=False)
-    pd.DataFrame(_microbatch_records(results)).to_csv(out / "errors.csv", index=False)
+    with atomic_path(out / "simulated.csv", "simulated.csv") as tmp:
+        sim.to_csv(tmp, index=False)
+    with atomic_path(out / "errors.csv", "errors.csv") as tmp:
+        pd.DataFrame(_microbatch_records(results)).to_csv(tmp, index=False)

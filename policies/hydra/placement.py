@@ -160,20 +160,37 @@ class Layout:
     slow: np.ndarray | None = None  # [W] the pool ranks' slow-down factors placement weighted by (None: none)
 
 
-def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, lengths: np.ndarray,
-          sizes: np.ndarray, ulysses: np.ndarray, shares: np.ndarray, heavy: np.ndarray, m_light: int,
-          order_key: np.ndarray, overhead: dict[tuple[int, int], float], fill: tuple[int, int],
-          slowdown: np.ndarray | None = None,
-          fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
-          fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None],
-          light_heights: np.ndarray | None = None,
-          prune: Callable[[list[int], list[float], list[float], int], bool] | None = None) -> Layout | None:
-    """Place every sequence (positions 0..n−1). ``sizes``, ``ulysses``, ``shares``: each one's degree, planning
-    engine and per-rank work there; ``heavy``: set apart; ``order_key``: tie-break (the ids); ``overhead[(size,
-    u)]``: a group's fixed load; ``fill``: (size, u) of the fill class; ``fill_work``, ``fill_estimate``: the
-    fill's (:func:`policies.hydra.fill.fill`); ``light_heights``: each light microbatch's target height in run
-    order (None: τ for all ``m_light``); ``prune``: asked a quarter, half way and at the end of phase A with each
-    group's microbatch and load, the capacities and the heavy count (the rest only adds load): True stops (None)."""
+@dataclass(slots=True)
+class Structure:
+    """A placement during phase A (:func:`structure`): its bins so far, the phase-A items left, the fill's inputs."""
+
+    pk: Packer
+    heavy_mbs: int
+    todo: list[tuple[int, int, int, float, float]]
+    small: np.ndarray  # the fill sequences, in fill order
+    lengths: np.ndarray
+    shares: np.ndarray
+    fill: tuple[int, int]
+
+    def advance(self) -> None:
+        """The rest of phase A."""
+        self.pk.structure(self.todo)
+        self.todo = []
+
+
+def place(*, fill_work: Callable, fill_estimate: Callable, **kw) -> Layout:
+    """Place every sequence: :func:`structure`, then :func:`finish`."""
+    return finish(structure(**kw), fill_work, fill_estimate)
+
+
+def structure(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, lengths: np.ndarray,
+              sizes: np.ndarray, ulysses: np.ndarray, shares: np.ndarray, heavy: np.ndarray, m_light: int,
+              order_key: np.ndarray, overhead: dict[tuple[int, int], float], fill: tuple[int, int],
+              slowdown: np.ndarray | None = None, light_heights: np.ndarray | None = None) -> Structure:
+    """The heavy sequences and a quarter of phase A (positions 0..n−1). ``sizes``, ``ulysses``, ``shares``: each
+    one's degree, planning engine and per-rank work; ``heavy``: set apart; ``order_key``: tie-break (the ids);
+    ``overhead[(size, u)]``: a group's fixed load; ``fill``: (size, u) of the fill class; ``light_heights``:
+    each light microbatch's target height in run order (None: τ for all ``m_light``)."""
     pk = Packer(pool, budget, tau, tol, aligned, overhead, slowdown)
     tok = lengths / sizes
     is_fill = ~heavy & (sizes == fill[0]) & (ulysses == fill[1])
@@ -193,19 +210,19 @@ def place(*, pool: int, budget: float, tau: float, tol: float, aligned: bool, le
     big = big[np.lexsort((order_key[big], -shares[big], -sizes[big]))]
     items = list(zip(big.tolist(), sizes[big].tolist(), ulysses[big].tolist(), shares[big].tolist(),
                      tok[big].tolist()))
-    # (the largest groups come first: the candidates cut at all are cut by a quarter or half on the benchmark's
-    # cells, docs/hydra.md §5)
-    n_a = len(items)
-    cuts = (n_a // 4, n_a // 2, n_a) if prune is not None else (n_a,)
-    for lo, hi in zip((0,) + cuts, cuts):
-        pk.structure(items[lo:hi])
-        if prune is not None and prune([b.mb for b in pk.bins], [b.load for b in pk.bins], pk.caps, heavy_mbs):
-            return None
+    pk.structure(items[:len(items) // 4])  # the largest groups first: a quarter tells most (docs/hydra.md §5)
     small = np.flatnonzero(is_fill)  # phase B, largest share first, ties by id
     small = small[np.lexsort((order_key[small], -shares[small]))]
-    nb0 = len(pk.bins)
-    filled = fill_phase(pk, small, lengths, shares, fill, fill_work, fill_estimate)
-    return _layout(pk, nb0, filled, small, fill, len(lengths), heavy_mbs)
+    return Structure(pk, heavy_mbs, items[len(items) // 4:], small, lengths, shares, fill)
+
+
+def finish(st: Structure, fill_work: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+           fill_estimate: Callable[[np.ndarray, int, int], np.ndarray | None]) -> Layout:
+    """The rest of phase A and phase B, the fill (:func:`policies.hydra.fill.fill`), of a :func:`structure`."""
+    st.advance()
+    nb0 = len(st.pk.bins)
+    filled = fill_phase(st.pk, st.small, st.lengths, st.shares, st.fill, fill_work, fill_estimate)
+    return _layout(st.pk, nb0, filled, st.small, st.fill, len(st.lengths), st.heavy_mbs)
 
 
 def _layout(pk: Packer, nb0: int, filled: Fill, small: np.ndarray, fill: tuple[int, int], n: int,

@@ -117,3 +117,52 @@ def simulated_tokens_per_s_per_gpu(row: Row, terms: CostTerms | None = None, **c
     plan = create_policy("static-cp", cp_degree=row.cp).plan(batch, job, cm)
     m = simulate_plan(plan, batch, cm).metrics
     return m.tokens_per_s_per_gpu, m.peak_memory_gib
+
+
+def log_errors(calibration, ids: tuple[str, ...] | None = None) -> dict[str, float]:
+    """log(simulated / published tokens/s/GPU) per row with ``calibration`` (D6 at its given tokens per rank)."""
+    from dcpsim.policies import create_policy
+    from dcpsim.sim.simulate import simulate_plan
+    from dcpsim.traces.batching import GlobalBatch
+
+    out = {}
+    for r in rows():
+        if ids is not None and r.id not in ids:
+            continue
+        job = r.job(**({"max_tokens_per_rank": r.tokens_per_rank} if r.id == "D6" else {}))
+        cm = AnalyticCostModel(job, calibration)
+        n = r.gbs * r.mbs
+        batch = GlobalBatch(seq_ids=np.arange(n), lengths=np.full(n, r.seq_len), step=0)
+        plan = create_policy("static-cp", cp_degree=r.cp).plan(batch, job, cm)
+        out[r.id] = float(np.log(simulate_plan(plan, batch, cm).metrics.tokens_per_s_per_gpu / r.published))
+    return out
+
+
+def fit_gemm_peak(base) -> float:
+    """The GEMM rate (TFLOP/s, 4 significant digits) minimising Σ log(simulated / published)² over the rows:
+    build_defaults.H100_GEMM_PEAK_TFLOPS. The simulated time is ≈ a + b / peak, so the search is over 1/peak."""
+    from dataclasses import replace
+
+    from scipy.optimize import minimize_scalar
+
+    from dcpsim.cost_models.calibration import SaturatingCurve
+
+    def loss(inv: float) -> float:
+        cal = replace(base, gemm=SaturatingCurve(1.0 / inv, base.gemm.half))
+        return sum(e * e for e in log_errors(cal).values())
+
+    peak = get_gpu("h100").peak_bf16_tflops
+    res = minimize_scalar(loss, bounds=(1.0 / (0.95 * peak), 1.0 / (0.2 * peak)), method="bounded",
+                          options={"xatol": 1e-7})
+    return float(f"{1.0 / res.x:.4g}")
+
+
+if __name__ == "__main__":  # PYTHONPATH=. python -m tests.cost_models._dgxc --fit
+    import sys
+
+    from dcpsim.cost_models import Calibration
+    from dcpsim.cost_models.calibration import DATA_DIR
+
+    if sys.argv[1:] != ["--fit"]:
+        sys.exit("usage: python -m tests.cost_models._dgxc --fit")
+    print(fit_gemm_peak(Calibration.load(DATA_DIR / "calibration_h100.json")))

@@ -9,7 +9,7 @@ import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms
 
-from ._cases import alone, make_job, random_options
+from ._cases import alone, golden_model, make_job, random_options
 
 
 def _reference(cm, lengths, sizes, u, stage):
@@ -54,7 +54,7 @@ def test_golden_alone_totals_of_the_version_before():
                         0.4388305968069675],
     }
     for (terms, stage), want in golden.items():
-        cm = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms))
+        cm = golden_model(terms)
         assert cm.pricing().alone_total_s(lengths, sizes, u, stage).tolist() == want
         assert _reference(cm, lengths, sizes, u, stage).tolist() == want
 

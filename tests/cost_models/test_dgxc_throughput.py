@@ -2,12 +2,12 @@
 static CP at each row's degree, with the memory budget the model derives (no override but D6's).
 
 Measured at this commit (``python -m pytest tests/cost_models/test_dgxc_throughput.py -s`` prints the rows):
-mean |error| 22.9%, worst 34.9% (D5), every row but D12 optimistic — GEMMs are still priced by the calibrated
-token curve, not by shape (issue 23 item 4, its second half). Without the memory-bound kernels
-(``all,-kernels``): 26.4%, worst 37.2%; before the recompute/overlap/memory work of the same issue (those
-terms off, fp32 gradients, no DP overlap): 23.9%, worst 29.5% (DP overlap hides time dcpsim's optimistic
-compute does not have). The bounds below hold today's figures so that a
-change that moves them has to say so; the acceptance target is 10% mean, 20% worst.
+mean |error| 6.5%, worst 21.4% (D12, Nemotron-4 340B, pessimistic; every other row within 10.2%), with GEMMs by
+shape at the shipped H100 GEMM rate of 688.4 TFLOP/s, which these rows fitted (build_defaults step 7: least
+squares on log error; these rows are fitting data, so this is an in-sample figure). Before (GEMMs on the token
+curve at the kernel fit's 791.2 TFLOP/s): 22.9%, worst 34.9%, every row but D12 optimistic. The bounds below
+hold today's figures so that a change that moves them has to say so; the acceptance target is 10% mean, 20%
+worst (the worst is not met: D12).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from ._dgxc import rows, simulated_tokens_per_s_per_gpu
 
-MEAN_ABS_ERROR_NOW, WORST_ABS_ERROR_NOW = 0.229, 0.349
+MEAN_ABS_ERROR_NOW, WORST_ABS_ERROR_NOW = 0.065, 0.214
 
 
 def test_dgxc_rows_error_as_measured():

@@ -89,20 +89,27 @@ def test_leave_one_out_median_error_per_kernel_is_within_10_percent(profile):
 
 def test_shipped_calibrations_are_reproducible_from_the_shipped_profile(profile, fitted):
     cal, _ = fitted
-    assert cal.to_json() + "\n" == (DATA / "calibration_h100.json").read_text()
+    assert build_defaults.shipped_h100(cal).to_json() + "\n" == (DATA / "calibration_h100.json").read_text()
     h200, _ = fit_calibration(profile, published_calibration(get_gpu("h200")), build_defaults.NAMES["h200"])
-    assert h200.to_json() + "\n" == (DATA / "calibration_h200.json").read_text()
+    assert h200.to_json() + "\n" == (DATA / build_defaults.FILES["h200"]).read_text()
 
 
 def test_default_calibration_picks_up_the_shipped_files():
     for gpu in ("h100", "h200"):
         cal = default_calibration(get_gpu(gpu))
         assert cal == Calibration.load(DATA / f"calibration_{gpu}.json")
-        assert cal.name == build_defaults.NAMES[gpu]
         assert {f"{op}:{link}" for op in COLLECTIVES for link in LINKS} <= set(cal.comm)
     h100, h200 = (default_calibration(get_gpu(g)) for g in ("h100", "h200"))
-    for term in ("attn_fwd", "attn_bwd", "gemm", "comm"):
-        assert getattr(h100, term) == getattr(h200, term)
+    kernels = Calibration.load(DATA / build_defaults.FILES["h200"])
+    assert h100.name == build_defaults.NAMES["h100"] and kernels.name == build_defaults.NAMES["h200"]
+    assert h200.name == "h200-distca-steps"  # build_defaults step 6: the end-to-end fit of the kernel fit
+    for term in ("attn_fwd", "attn_bwd", "comm"):
+        assert getattr(h100, term) == getattr(kernels, term)
+    assert h100.gemm.peak_tflops == build_defaults.H100_GEMM_PEAK_TFLOPS  # step 7: fitted to the dgxc rows
+    # the end-to-end fit moves the GEMM rate and the link bandwidths only
+    assert (h200.attn_fwd, h200.attn_bwd, h200.attention) == (kernels.attn_fwd, kernels.attn_bwd, kernels.attention)
+    assert h200.gemm.half == kernels.gemm.half and h200.gemm.peak_tflops < kernels.gemm.peak_tflops
+    assert set(h200.comm) == set(kernels.comm)
 
 
 def test_terms_absent_from_the_profile_keep_the_base(fitted):

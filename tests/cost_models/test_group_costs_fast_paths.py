@@ -15,7 +15,7 @@ from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, g
 from dcpsim.cost_models.base import GroupBatch
 from dcpsim.cost_models.calibration import COLLECTIVES, LinkModel, default_calibration
 
-from ._cases import alone, make_job, random_options
+from ._cases import alone, golden_model, make_job, random_options
 
 FIELDS = ("fwd_compute_s", "fwd_comm_s", "bwd_compute_s", "bwd_comm_s", "fwd_tp_comm_s", "bwd_tp_comm_s")
 
@@ -82,7 +82,7 @@ def test_golden_totals_of_the_version_before_the_shortcuts():
         "legacy": {s: [0.06571528045546382, 0.45877546278093584, 0.33517178276527676] for s in (0, 1, 3)},
     }
     for terms, by_stage in golden.items():
-        cm = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms))
+        cm = golden_model(terms)
         for stage, want in by_stage.items():
             assert cm.group_costs(gb, stage).total_s.tolist() == want
 
@@ -104,7 +104,7 @@ def test_golden_exposed_communication_of_the_version_before_the_shortcuts():
              ("legacy", 0): [0.013538401265121954, 0.014382001133016947, 0.012476576794728545,
                              0.6143413379671975, 0.007097487168702139]}
     for (terms, stage), want in total.items():
-        c = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms)).group_costs(gb, stage)
+        c = golden_model(terms).group_costs(gb, stage)
         assert c.total_s.tolist() == want
         assert c.fwd_comm_s.tolist() == comm[terms]
 

@@ -142,7 +142,7 @@ def test_moe_activations_by_hand():
 
 
 def test_ep_must_fit_the_pool_the_experts_and_a_moe_model():
-    with pytest.raises(SpecError, match="job.ep = 3 is invalid: must divide job.pool"):
+    with pytest.raises(SpecError, match="job.ep = 3 is invalid: must make etp · ep = 1 · 3 divide tp · pool = 16"):
         job(ep=3)
     with pytest.raises(SpecError, match="must divide model.experts = 16"):
         job(ep=32, pool=32)

@@ -14,7 +14,7 @@ import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, CostTerms, JobSpec, get_gpu, get_model
 
-from ._cases import alone, make_job
+from ._cases import alone, golden_model, make_job
 
 # (size, ulysses) options: no ring, rings inside and across NVLink domains, inner all-to-alls on NVLink
 OPTIONS = np.array([[1, 1], [2, 1], [2, 2], [8, 1], [8, 4], [8, 8], [16, 1], [16, 8], [64, 4], [64, 8], [32, 2]])
@@ -122,6 +122,6 @@ def test_golden_per_option_totals_of_the_version_before():
     pick = [0, 5, 4, 6, 9]  # (1, 1), (8, 8), (8, 4), (16, 1), (64, 8)
     golden = {("all,-kernels", 0): GOLDEN_ALL_0, ("all,-kernels", 3): GOLDEN_ALL_3, ("legacy", 3): GOLDEN_LEGACY_3}
     for (terms, stage), want in golden.items():
-        cm = AnalyticCostModel(make_job(), terms=CostTerms.parse(terms))
+        cm = golden_model(terms)
         got = cm.pricing().alone_stage_totals(lengths, OPTIONS[:, 0], OPTIONS[:, 1], (stage,), option=np.array(pick))[0]
         assert got.tolist() == want, (terms, stage)

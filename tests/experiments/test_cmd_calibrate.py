@@ -110,7 +110,7 @@ def test_missing_profile_and_unwritable_output(tmp_path, capsys):
     assert main(["calibrate", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "x.json")]) == 2
     assert "no such file" in capsys.readouterr().err
     assert main(["calibrate", PROFILE, "-o", str(tmp_path / "no" / "dir" / "x.json")]) == 2
-    assert "cannot write calibration file" in capsys.readouterr().err
+    assert "no/dir does not exist" in capsys.readouterr().err  # checked before the fit
 
 
 def _compare(extra: list[str], trace: Path, capsys) -> dict:
@@ -143,3 +143,33 @@ def test_compare_with_a_calibration_equal_to_the_default_is_identical(tmp_path, 
     slow.write_text(json.dumps(d))
     c = _compare(["--calibration", str(slow)], trace, capsys)
     assert c["results"][0]["iteration_time_s"] > a["results"][0]["iteration_time_s"]
+
+
+def _rows(pattern: str) -> str:
+    return "\n".join([HEADER, *(r for r in Path(PROFILE).read_text().splitlines() if r.startswith(pattern)
+                                and ",128,1," in r)]) + "\n"
+
+
+def test_a_backend_its_rows_cannot_fit_is_reported_as_the_base_it_wrote(tmp_path, capsys):
+    """FA3 causal forwards alone fix attn_fwd but not the fa3 backend's four curves: the report and the
+    summary line say the backend is the base's, which is what the file holds."""
+    prof = tmp_path / "fa3_fwd.csv"
+    prof.write_text(_rows("attn_fwd,fa3,"))
+    out = tmp_path / "c.json"
+    assert main(["calibrate", str(prof), "-o", str(out), "--report", "--plot", str(tmp_path / "p.png")]) == 0
+    text = capsys.readouterr().out
+    assert "fitted attn_fwd;" in text.splitlines()[0]
+    fa3 = next(line for line in text.splitlines() if line.startswith("attention:fa3"))
+    assert " base " in fa3 and "do not give all four curves" in fa3
+    written = Calibration.load(out).attention["fa3"]
+    assert written == default_calibration(get_gpu("h100")).attention["fa3"]
+
+
+def test_one_row_fixes_no_half_saturation_and_says_so(tmp_path, capsys):
+    prof = tmp_path / "one.csv"
+    prof.write_text("\n".join(_rows("attn_fwd,fa3,").splitlines()[:2]) + "\n")
+    assert main(["calibrate", str(prof), "-o", str(tmp_path / "c.json")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: attn_fwd: 1 profile row(s) at one size")
+    assert "half-saturation size is set to 0" in err[0]
+    assert Calibration.load(tmp_path / "c.json").attn_fwd.half == 0.0

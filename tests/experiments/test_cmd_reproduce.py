@@ -45,7 +45,8 @@ def test_json_and_table(capsys):
     assert main(["reproduce", "--suite", "cp_benchmark", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["out_of_tolerance"] == 0 and len(out["cases"]) == 2
-    assert set(out["cases"][0]) == {"suite", "case", "predicted", "measured", "error", "tolerance", "unit", "ok"}
+    assert set(out["cases"][0]) == {"suite", "case", "predicted", "measured", "error", "tolerance", "unit", "ok",
+                                    "measured_range"}
     assert main(["reproduce", "--suite", "nccl"]) == 0
     text = capsys.readouterr().out
     assert "99 of 99 within tolerance" in text and "median |error|" in text
@@ -62,3 +63,21 @@ def test_a_wrong_model_is_caught(monkeypatch, capsys):
     monkeypatch.setattr(reproduction, "default_calibration", slow)
     assert main(["reproduce", "--suite", "nccl"]) == 1
     assert "OUT" in capsys.readouterr().out
+
+
+def test_a_prediction_inside_a_measured_range_reads_within_range(cases, capsys):
+    """TE's CP benchmark is a measured range: inside it the table says 'within range' (not '+0.0%') and shows
+    the range; outside it the signed distance to the range over its middle."""
+    te = {c.case.split()[0]: c for c in cases if c.suite == "cp_benchmark"}
+    assert te["1x512K"].measured_range == (3.98, 4.23) and te["256x2K"].measured_range == (3.03, 3.41)
+    assert main(["reproduce", "--suite", "cp_benchmark"]) == 0
+    rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("cp_bench")}
+    for name, c in te.items():
+        lo, hi = c.measured_range
+        assert f"{lo:.4g}–{hi:.4g}" in rows[name]
+        if lo <= c.predicted <= hi:
+            assert c.in_range and c.error == 0.0 and "within range" in rows[name]
+        else:
+            expected = (c.predicted - (lo if c.predicted < lo else hi)) / ((lo + hi) / 2)
+            assert not c.in_range and c.error == pytest.approx(expected) and f"{c.error:+.1%}" in rows[name]
+    assert all(c.measured_range is None and not c.in_range for c in cases if c.suite != "cp_benchmark")

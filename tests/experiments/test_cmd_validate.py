@@ -106,7 +106,7 @@ def test_no_layer_overhead_reuses_the_profile_and_zeroes_the_term(validated, tmp
             "--repeats", "1", "--out", str(tmp_path), "--json"]
     assert main(["validate", *args]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert math.isnan(doc["ranking"]["spread"]["static-cp"])  # one round: no noise estimate
+    assert doc["ranking"]["spread"]["static-cp"] is None  # one round: no noise estimate (JSON null, not NaN)
     assert doc["ranking"]["verdict"] == "same" and doc["ranking"]["pairs"] == []
     assert doc["calibration"] == "validate-cpu-no-layer-overhead"
     assert doc["fit"]["layer_overhead_fwd_s"]["seconds"] == 0 == doc["fit"]["layer_overhead_bwd_s"]["seconds"]

@@ -84,3 +84,87 @@ def test_select_and_bad_only():
     with pytest.raises(ScenarioError, match="unknown figure 'z'"):
         select("z")
     assert main(["figures", "--only", "z", "-o", "/nonexistent"]) == 2
+
+
+def _tiny(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return load_scenario(str(path))
+
+
+def test_a_runs_several_seeds_and_draws_their_spread(figures, tmp_path):
+    from matplotlib.container import ErrorbarContainer
+
+    from dcpsim.experiments.figures import throughput
+
+    _, out = figures
+    a = pd.read_csv(out / "a_throughput_vs_context.csv")
+    assert sorted(a.seed.unique()) == [0, 1] == list(range(throughput.QUICK_SEEDS))
+    assert len(a) == 2 * 2 * 2  # contexts × seeds × policies
+    fig = throughput.plot(a, _tiny(tmp_path))
+    ax = fig.axes[0]
+    assert any(isinstance(c, ErrorbarContainer) for c in ax.containers)
+    ok = a[a.ok & (a.policy == "mcore-dcp")]
+    bars = [p.get_height() for p in ax.patches if np.isfinite(p.get_height()) and p.get_height() > 0]
+    for c, d in ok.groupby("context_len"):   # a bar is the mean over the seeds
+        assert any(abs(h - d.tokens_per_s_per_gpu.mean()) < 1e-6 * h for h in bars), c
+    assert "mean of 2 trace seeds" in ax.get_title()
+
+
+def test_b_totals_sit_on_their_bars(figures, tmp_path):
+    from dcpsim.experiments.figures import bubbles
+
+    _, out = figures
+    b = pd.read_csv(out / "b_bubbles.csv")
+    ax = bubbles.plot(b).axes[0]
+    totals = sorted(100 * (b.pipeline_bubble + b.dp_bubble).dropna())
+    ys = sorted(t.get_position()[1] for t in ax.texts)
+    assert ys == pytest.approx([v + 0.5 for v in totals])
+
+
+def test_c_skew_stands_alone_without_the_figure_letter_and_counts_microbatches(figures, tmp_path):
+    from dcpsim.experiments.figures import skew
+
+    _, out = figures
+    c = pd.read_csv(out / "c_tokens_vs_time.csv")
+    assert skew.plot(c, _tiny(tmp_path)).texts[0].get_text().startswith("(c) ")
+    fig = skew.plot(c, _tiny(tmp_path), figure_label="")
+    assert fig.texts[0].get_text().startswith("Per-rank tokens")
+    cbar = fig.axes[-1]
+    lo, hi = cbar.get_ylim()
+    ticks = [t for t in cbar.get_yticks() if lo <= t <= hi]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_d_names_the_job_that_ran_and_labels_several_log_ticks(figures, tmp_path):
+    from dcpsim.experiments.figures import scheduling
+
+    _, out = figures
+    d = pd.read_csv(out / "d_scheduling_time.csv")
+    assert "scenario" not in d and set(d.trace) == {"32k"}
+    fig = scheduling.plot(d, _tiny(tmp_path))
+    fig.canvas.draw()
+    assert f"on {d.gpu.iloc[0].upper()} (the job that ran)" in fig.texts[0].get_text()
+    for ax in fig.axes:
+        lo, hi = ax.get_ylim()
+        labelled = [t for t in ax.yaxis.get_major_ticks() if lo <= t.get_loc() <= hi and t.label1.get_text()]
+        assert len(labelled) >= 2
+
+
+def test_f_legend_sits_outside_the_panels_and_h_starts_at_zero(figures, tmp_path):
+    from dcpsim.experiments.figures import scaling, stragglers
+
+    _, out = figures
+    f = pd.read_csv(out / "f_speedup_vs_cluster_size.csv")
+    fig = scaling.plot(f, _tiny(tmp_path))
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    h = pd.read_csv(out / "h_stragglers.csv", keep_default_na=False)
+    assert stragglers.plot(h, _tiny(tmp_path)).axes[0].get_ylim()[0] == 0
+
+
+def test_calibration_plot_series_styles_differ():
+    from dcpsim.experiments.calibration.report import _series_style
+
+    styles = [(_series_style(i)[0], _series_style(i)[1]) for i in range(40)]
+    assert len(set(styles)) == 40
+    assert len({s[0] for s in styles[:20]}) == 20   # 20 distinct colours before any repeats

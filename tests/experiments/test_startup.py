@@ -40,3 +40,17 @@ def test_cost_models_names_load_on_first_use():
     assert cm.AnalyticCostModel is analytic.AnalyticCostModel and cm.JobSpec is specs.JobSpec
     for name in cm.__all__:
         assert getattr(cm, name).__module__.startswith("dcpsim.cost_models."), name
+
+
+def test_benchmarks_run_by_a_python_without_dcpsim_say_which_python_in_one_line():
+    """``python experiments/bench/X.py`` with an interpreter that lacks dcpsim (here: site-packages off, -S)
+    is one line naming the venv's Python and exit 2, not a ModuleNotFoundError traceback."""
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "experiments" / "bench"
+    for script in ("startup.py", "sim.py", "scheduler.py", "replay.py", "sweep.py"):
+        r = subprocess.run([sys.executable, "-S", "-I", str(bench / script), "--help"], capture_output=True,
+                           text=True, cwd=bench.parent.parent)
+        assert r.returncode == 2 and r.stdout == "", (script, r.stderr)
+        line, = r.stderr.strip().splitlines()
+        assert "dcpsim is not installed for" in line and f".venv/bin/python {bench / script}" in line

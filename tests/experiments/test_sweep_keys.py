@@ -13,7 +13,7 @@ import dcpsim.experiments.sweep.driver as sweep_mod
 import dcpsim.experiments.sweep.grid as grid_mod
 from dcpsim.experiments.sweep.driver import run_sweep
 from dcpsim.experiments.sweep.grid import load_sweep
-from dcpsim.experiments.sweep.keys import checkout_state, file_digest, point_files
+from dcpsim.experiments.sweep.keys import file_digest, point_files, source_digest
 
 BASE = """
 model = "llama3-8b"
@@ -129,37 +129,38 @@ def test_point_files_hash_the_named_files(tmp_path, monkeypatch):
     assert cache == {str((tmp_path / "t.csv").resolve()): hashlib.sha256(b"length\n100\n").hexdigest()}
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_checkout_state(tmp_path):
-    def git(*args):
-        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+def test_source_digest_is_the_content_of_the_package_files(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "mod.py").write_text("x = 1\n")
+    (pkg / "data" / "calibration_h100.json").write_text('{"a": 1}\n')
+    first = source_digest([pkg])
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"compiled")
+    assert source_digest([pkg]) == first  # compiled caches do not count
+    other = tmp_path / "clone" / "pkg"  # the same files elsewhere (another clone, a wheel): the same digest
+    shutil.copytree(pkg, other)
+    assert source_digest([other]) == first
+    (pkg / "data" / "calibration_h100.json").write_text('{"a": 2}\n')  # a shipped data file counts
+    edited = source_digest([pkg])
+    (pkg / "new.py").write_text("y = 1\n")  # so does a new module
+    assert len({first, edited, source_digest([pkg])}) == 3
+    (pkg / "new.py").unlink()
+    (pkg / "data" / "calibration_h100.json").write_text('{"a": 1}\n')
+    assert source_digest([pkg]) == first  # back to the same content: the stored results match again
+    (pkg / "mod.py").rename(pkg / "renamed.py")
+    assert source_digest([pkg]) != first  # a file's path counts, not only its bytes
 
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_commit_that_changes_no_package_file_changes_no_key(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "mod.py").write_text("x = 1\n")
-    (tmp_path / "notes.md").write_text("notes\n")
-    (tmp_path / ".gitignore").write_text("ignored/\n")
-    git("init", "-q")
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    assert checkout_state([pkg]) == (head, "")  # clean
-    (tmp_path / "notes.md").write_text("edited\n")
-    assert checkout_state([pkg]) == (head, "")  # a file outside the package does not count
-    (pkg / "mod.py").write_text("x = 2\n")
-    edited = checkout_state([pkg])
-    assert edited[0] == head and len(edited[1]) == 12
-    (pkg / "new.py").write_text("y = 1\n")
-    with_new = checkout_state([pkg])
-    assert with_new[1] not in ("", edited[1])  # an untracked module counts too
-    (pkg / "new.py").write_text("y = 2\n")
-    assert checkout_state([pkg])[1] not in ("", edited[1], with_new[1])
-    (pkg / "new.py").unlink()
-    (pkg / "mod.py").write_text("x = 1\n")
-    assert checkout_state([pkg]) == (head, "")  # back to the commit: the stored results match again
-    (tmp_path / "ignored").mkdir()
-    assert checkout_state([tmp_path / "ignored"]) is None  # e.g. a wheel installed into an ignored .venv
+    before = source_digest([pkg])
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c"]):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    assert source_digest([pkg]) == before  # .git sits outside the package folder; the commit is not hashed
 
 
 def test_code_version_names_package_and_dependencies():

@@ -1,7 +1,7 @@
-"""HyDra stops placing a later microbatch-count candidate once its groups so far (a quarter or halfway through
-phase A, or before the fill) already score at least the best draft's (HyDra._structure_bound): the rest of the placement
-only adds load, so that candidate cannot win. The bound must
-never exceed the score of the finished layout, and pruning must never change a plan."""
+"""HyDra drafts its microbatch-count candidates best first: every candidate's structure (heavy sequences and
+phase A) and its bound (HyDra._structure_bound), then the fills in ascending bound, and a candidate whose bound is
+at least the best score so far is never filled: the fill only adds load, so that candidate cannot win. The bound
+must never exceed the score of the finished layout, and the cut must never change a plan."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from dcpsim.cost_models import AnalyticCostModel, JobSpec, get_gpu, get_model
 from dcpsim.policies import create_policy
-from dcpsim.policies.hydra import placement as hydra_placement
 from dcpsim.policies.hydra import policy as hydra
 from dcpsim.traces import get_preset
 from dcpsim.traces.batching import GlobalBatch
@@ -33,61 +32,79 @@ def _groups(plan) -> list:
     return [[(g.ranks, g.seq_ids, g.engine) for g in mb.groups] for mb in plan.microbatches]
 
 
+def _spied(monkeypatch, cut: bool = True) -> dict:
+    """Spies on HyDra's best-first drafting: every structure's bounds (a quarter through phase A, and at its end
+    when asked), the structures made and filled, and each filled structure's score. ``cut=False``: every bound
+    reads −inf, so every candidate is filled, in list order (the plain loop the cut replaces)."""
+    rec: dict = {"bounds": {}, "made": 0, "filled": 0, "layout_of": {}, "score": {}}
+    bound, structure, finish, order = (hydra.HyDra._structure_bound, hydra.structure, hydra.finish,
+                                       hydra.HyDra._order)
+
+    def spy_bound(self, st, *a):
+        rec["bounds"].setdefault(id(st), []).append(bound(self, st, *a))
+        return rec["bounds"][id(st)][-1] if cut else -np.inf
+
+    def spy_structure(**kw):
+        rec["made"] += 1
+        return structure(**kw)
+
+    def spy_finish(st, *a):
+        rec["filled"] += 1
+        out = finish(st, *a)
+        rec["layout_of"][id(out)] = id(st)
+        return out
+
+    def spy_order(self, layout, *a):
+        out = order(self, layout, *a)
+        if id(layout) in rec["layout_of"]:
+            rec["score"][rec["layout_of"][id(layout)]] = out[2]
+        return out
+
+    monkeypatch.setattr(hydra.HyDra, "_structure_bound", spy_bound)
+    monkeypatch.setattr(hydra, "structure", spy_structure)
+    monkeypatch.setattr(hydra, "finish", spy_finish)
+    monkeypatch.setattr(hydra.HyDra, "_order", spy_order)
+    return rec
+
+
 @pytest.mark.parametrize("n,w,pp,seed", CASES)
 def test_the_bound_never_exceeds_the_finished_layouts_score(n: int, w: int, pp: int, seed: int,
                                                             monkeypatch) -> None:
-    """Every candidate placed after the first: its bounds (a quarter and halfway through phase A, and before the
-    fill) ≤ its score (after), with the prune switched off so that every candidate is finished."""
+    """Every candidate's bounds (a quarter through phase A, and at its end) ≤ its score after the fill, with the
+    cut switched off so that every candidate is filled; the bounds only grow."""
     batch, job, cm = _case(n, w, pp, seed)
-    placed: list[list[float]] = []  # per placement: its bounds (none: the first candidate of a pass, unbounded)
-    scores: list[float] = []
-    place, order, bound = hydra_placement.place, hydra.HyDra._order, hydra.HyDra._structure_bound
-
-    def spy_place(**kw):
-        placed.append([])
-        return place(**kw)
-
-    def spy_bound(self, *a, **k):
-        placed[-1].append(bound(self, *a, **k))
-        return -np.inf  # never prune: finish the layout
-
-    def spy_order(self, layout, *a, **k):
-        out = order(self, layout, *a, **k)
-        scores.append(out[2])
-        return out
-
-    monkeypatch.setattr(hydra, "place", spy_place)
-    monkeypatch.setattr(hydra.HyDra, "_structure_bound", spy_bound)
-    monkeypatch.setattr(hydra.HyDra, "_order", spy_order)
+    rec = _spied(monkeypatch, cut=False)
     create_policy("hydra").plan(batch, job, cm)
-    assert len(placed) == len(scores) and any(len(b) == 3 for b in placed)  # (a quarter, halfway, the end)
-    for bounds, s in zip(placed, scores):
-        assert bounds == sorted(bounds)  # the groups only grow
+    assert len(rec["bounds"]) >= 2 and any(len(b) == 2 for b in rec["bounds"].values())
+    for st, bounds in rec["bounds"].items():
+        assert bounds == sorted(bounds)
         for b in bounds:
-            assert b <= s * (1 + 1e-12), (b, s)
+            assert b <= rec["score"][st] * (1 + 1e-12), (b, rec["score"][st])
 
 
-def test_pruning_never_changes_a_plan_and_does_prune(monkeypatch) -> None:
-    """The plans with the prune are the plans without it, on every case; and some candidate is pruned (the
-    bench cell n = 2,048, W = 256, seed 0: the second count's groups before the fill already score more)."""
-    pruned = 0
-    bound = hydra.HyDra._structure_bound
+def test_a_five_percent_inflated_bound_fails(monkeypatch) -> None:
+    """The check above has teeth: 1.05 × a bound exceeds the finished score at the bench cell."""
+    batch, job, cm = _case(2048, 256, 4, 0)
+    rec = _spied(monkeypatch, cut=False)
+    create_policy("hydra").plan(batch, job, cm)
+    assert any(1.05 * b > rec["score"][st] for st, bs in rec["bounds"].items() for b in bs)
+
+
+def test_the_cut_never_changes_a_plan_and_does_cut(monkeypatch) -> None:
+    """The plans with the cut are the plans of filling every candidate in list order, on every case; and
+    candidates are cut (the bench cell n = 2,048, W = 256, seed 0: three candidates, one filled)."""
+    cut = 0
     for n, w, pp, seed in CASES:
         batch, job, cm = _case(n, w, pp, seed)
-        monkeypatch.setattr(hydra.HyDra, "_structure_bound", lambda self, *a, **k: -np.inf)
-        ref = create_policy("hydra").plan(batch, job, cm)
-        monkeypatch.setattr(hydra.HyDra, "_structure_bound", bound)
-        calls = []
-        orig_place = hydra_placement.place
-
-        def spy(orig_place=orig_place, calls=calls, **kw):
-            out = orig_place(**kw)
-            calls.append(out is None)
-            return out
-        monkeypatch.setattr(hydra, "place", spy)
-        got = create_policy("hydra").plan(batch, job, cm)
-        monkeypatch.setattr(hydra, "place", orig_place)
+        with pytest.MonkeyPatch.context() as mp:
+            _spied(mp, cut=False)
+            ref = create_policy("hydra").plan(batch, job, cm)
+        with pytest.MonkeyPatch.context() as mp:
+            rec = _spied(mp)
+            got = create_policy("hydra").plan(batch, job, cm)
         assert _groups(got) == _groups(ref), (n, w, pp, seed)
         assert got.meta == ref.meta
-        pruned += sum(calls)
-    assert pruned >= 1
+        cut += rec["made"] - rec["filled"]
+        if (n, w, pp, seed) == (2048, 256, 4, 0):
+            assert (rec["made"], rec["filled"]) == (3, 1)
+    assert cut >= 4

@@ -13,6 +13,7 @@ import pytest
 from dcpsim.cost_models import AnalyticCostModel, ConstantCostModel, CostTerms, JobSpec, get_gpu, get_model
 from dcpsim.cost_models.pricing import GroupCostsPricing
 from dcpsim.sim.bound import iteration_bound, stage_classes, ulysses_floor
+from tests.cost_models._cases import calibration_before
 
 
 def _job(model="llama3-8b", gpu="h200", tp=1, pp=4, pool=64, mtr=16384):
@@ -30,13 +31,16 @@ GOLDEN = {
     "moe": (40.0855163221817, 40.0855163221817, 2.2257370051131935),
     "constant": (1.3935347812499999, 1.3935347812499999, 0.0365855625),
 }
-BEFORE = CostTerms.parse("all,-kernels,-grad_dtype")  # the terms the goldens were printed with
+# the terms and calibrations the goldens were printed with (before GEMMs by shape and the end-to-end fits)
+BEFORE = CostTerms.parse("all,-kernels,-grad_dtype,-gemm_shapes")
+H200, H100 = calibration_before("h200"), calibration_before("h100")
 MODELS = {
-    "dense": lambda: AnalyticCostModel(_job(), terms=BEFORE),
-    "dense-legacy": lambda: AnalyticCostModel(_job(), terms=CostTerms.parse("legacy")),
-    "dense-nolmhead": lambda: AnalyticCostModel(_job(), terms=CostTerms.parse("all,-lm_head,-kernels,-grad_dtype")),
-    "tp2-pool12": lambda: AnalyticCostModel(_job(tp=2, pool=12, mtr=65536), terms=BEFORE),
-    "moe": lambda: AnalyticCostModel(_job("qwen3-30b-a3b", "h100"), terms=BEFORE),
+    "dense": lambda: AnalyticCostModel(_job(), H200, terms=BEFORE),
+    "dense-legacy": lambda: AnalyticCostModel(_job(), H200, terms=CostTerms.parse("legacy")),
+    "dense-nolmhead": lambda: AnalyticCostModel(_job(), H200,
+                                                terms=CostTerms.parse("all,-lm_head,-kernels,-grad_dtype,-gemm_shapes")),
+    "tp2-pool12": lambda: AnalyticCostModel(_job(tp=2, pool=12, mtr=65536), H200, terms=BEFORE),
+    "moe": lambda: AnalyticCostModel(_job("qwen3-30b-a3b", "h100"), H100, terms=BEFORE),
     "constant": lambda: ConstantCostModel(_job()),
 }
 

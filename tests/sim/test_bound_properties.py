@@ -19,7 +19,7 @@ from dcpsim.cost_models.terms import CostTerms
 from dcpsim.policies import PolicyError, available_policies, create_policy, validate_plan
 from dcpsim.policies.flatten import flatten
 from dcpsim.policies.plan import CPGroup, Engine, make_plan
-from dcpsim.sim.bound import iteration_bound, ulysses_floor, ulysses_options
+from dcpsim.sim.bound import ep_floor, iteration_bound, ulysses_floor, ulysses_options
 from dcpsim.sim.engine import execute
 from dcpsim.traces.batching import GlobalBatch
 
@@ -39,9 +39,12 @@ def layouts(draw):
     pp = draw(st.sampled_from([q for q in (1, 2, 4) if m.layers % q == 0]))
     tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if m.kv_heads % t == 0 or t <= m.kv_heads]))
     pool = draw(st.integers(1, 12))
-    ep = 1
-    if model == "qwen3-30b-a3b":
-        ep = draw(st.sampled_from([e for e in (1, 2, 4) if pool % e == 0]))
+    ep, etp, dispatcher = 1, None, "alltoall"
+    if model == "qwen3-30b-a3b":  # Megatron's layouts: ETP x EP divides TP x pool (cost_models.moe)
+        etp = draw(st.sampled_from([e for e in (None, 1, 2) if e is None or (tp * pool) % e == 0]))
+        et = tp if etp is None else etp
+        ep = draw(st.sampled_from([e for e in (1, 2, 4, 8, 16) if (tp * pool) % (et * e) == 0]))
+        dispatcher = draw(st.sampled_from(["alltoall", "flex"]))
     budget = draw(st.integers(64, 16384))
     # random speeds (cost_models.stragglers): none, one named slot, or a random fraction of slow slots
     slow = draw(st.sampled_from(["none", "none", "slot", "random"]))
@@ -53,7 +56,8 @@ def layouts(draw):
         stragglers = Stragglers(fraction=draw(st.floats(0.0, 1.0)), seed=draw(st.integers(0, 10_000)),
                                 slowdown=draw(st.sampled_from(["fixed:1.5", "uniform:1:3", "lognormal:1.3:0.8"])))
     job = JobSpec(m, get_gpu(draw(st.sampled_from(["h100", "h200"]))), tp=tp, pp=pp, pool=pool,
-                  ep=ep, max_tokens_per_rank=budget, context_len=max(budget, 1024), stragglers=stragglers)
+                  ep=ep, etp=etp, moe_dispatcher=dispatcher,
+                  max_tokens_per_rank=budget, context_len=max(budget, 1024), stragglers=stragglers)
     kind = draw(st.sampled_from(["all", "legacy", "constant"]))
     if kind == "constant":
         cm = ConstantCostModel(job, fwd_s_per_token=draw(st.sampled_from([1e-7, 1e-6])),
@@ -231,6 +235,26 @@ def test_ulysses_floor_is_below_the_exposed_cp_comm(layout, seed, stage) -> None
                 got = float(np.broadcast_to(cm.group_costs(alone, s).fwd_comm_s, (1,))[0])
                 want = float(np.broadcast_to(ulysses_floor(cm, alone.tokens_per_rank(), np.array([u])), (1,))[0])
                 assert got == pytest.approx(want, rel=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(layout=layouts(), seed=st.integers(0, 2**31 - 1), stage=st.integers(0, 3))
+def test_ep_floor_is_below_the_exposed_ep_comm(layout, seed, stage) -> None:
+    """Assumption E: a group's exposed EP communication per rank (forward and backward) is at least
+    ``sim.bound.ep_floor`` of its tokens per rank, whichever pool rank its EP group starts from; for a MoE
+    model with EP > 1 the floor is positive."""
+    job, cm = layout
+    s = stage % job.pp
+    rng, c, u, L = _random_group(job, seed)
+    first = int(rng.integers(0, job.pool))
+    gb = GroupBatch(L.astype(np.int64), np.zeros(len(L), dtype=np.int64), np.array([c]), np.array([u]),
+                    np.array([first], dtype=np.int64))
+    k = cm.group_costs(gb, s)
+    f, b = (float(np.broadcast_to(x, (1,))[0]) for x in ep_floor(cm, gb.tokens_per_rank(), s))
+    assert float(np.broadcast_to(k.fwd_ep_comm_s, (1,))[0]) >= f * (1 - 1e-12) >= 0.0
+    assert float(np.broadcast_to(k.bwd_ep_comm_s, (1,))[0]) >= b * (1 - 1e-12) >= 0.0
+    if isinstance(cm, AnalyticCostModel) and job.model.is_moe and job.ep > 1:
+        assert f > 0.0 and b > 0.0
 
 
 @settings(max_examples=100, deadline=None)
