@@ -11,7 +11,10 @@
   show the same causal penalty as its forward alone, within a few percent; docs/calibration.md.)
 * Collectives: the α–β model of :class:`~cost_models.calibration.LinkModel`, t = base + hops·hop +
   bytes·factor / busbw, linear in (base, hop, 1/busbw); solved per (op, link) by non-negative least squares on
-  relative errors (``scipy.optimize.lsq_linear``). With a single group size, hop keeps the base value.
+  relative errors (``scipy.optimize.lsq_linear``). With a single group size, hop keeps the base value. Where
+  the times do not grow with bytes (a loaded machine's noise), the bandwidth is the median of the other
+  collectives fitted on that link in the same profile (else the base's), the latencies are fitted with it,
+  and :attr:`FitReport.warnings` says so.
 
 * Fixed costs (per layer, per ring step) from ``layer_*`` and ``ring_*`` rows: cost_models.fit_overheads.
 
@@ -141,9 +144,11 @@ def factor_and_hops(op: str, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return factor, hops
 
 
-def fit_link(op: str, nbytes: np.ndarray, n: np.ndarray, seconds: np.ndarray, base: LinkModel) -> LinkModel:
+def fit_link(op: str, nbytes: np.ndarray, n: np.ndarray, seconds: np.ndarray, base: LinkModel,
+             busbw_gbs: float | None = None) -> LinkModel:
     """Fit base_s, hop_s and busbw_gbs of one collective on one link class (non-negative, relative errors).
-    With a single group size hop_s keeps ``base.hop_s``; with a single buffer size busbw keeps the base."""
+    With a single group size hop_s keeps ``base.hop_s``; with a single buffer size busbw keeps the base;
+    ``busbw_gbs`` given: the bandwidth is that, and only the latencies are fitted."""
     nbytes, n, seconds = (np.asarray(a, dtype=np.float64) for a in (nbytes, n, seconds))
     factor, hops = factor_and_hops(op, n)
     cols, names = [np.ones_like(seconds)], ["base"]
@@ -153,16 +158,17 @@ def fit_link(op: str, nbytes: np.ndarray, n: np.ndarray, seconds: np.ndarray, ba
         names.append("hop")
     else:
         known += hops * base.hop_s
-    if np.unique(nbytes * factor).size > 1:
+    if busbw_gbs is None and np.unique(nbytes * factor).size > 1:
         cols.append(nbytes * factor / 1e9)
         names.append("inv_bw")
     else:
-        known += nbytes * factor / (base.busbw_gbs * 1e9)
+        busbw_gbs = busbw_gbs or base.busbw_gbs
+        known += nbytes * factor / (busbw_gbs * 1e9)
     A = np.stack(cols, axis=1) / seconds[:, None]
     b = (seconds - known) / seconds
     sol = lsq_linear(A, b, bounds=(0.0, np.inf), method="bvls")
     p = dict(zip(names, sol.x))
-    inv_bw = p.get("inv_bw", 1.0 / base.busbw_gbs)
+    inv_bw = p.get("inv_bw", 1.0 / (busbw_gbs or base.busbw_gbs))
     if inv_bw <= 0:
         raise CalibrationError(f"{op}: the measured times do not grow with bytes; cannot fit a bandwidth")
     return LinkModel(base_s=round_sig(p["base"]), hop_s=round_sig(p.get("hop", base.hop_s)),
@@ -274,6 +280,13 @@ def _derive_causal_bwd(groups: dict[GroupKey, SaturatingCurve], rows: dict[Group
     return _ratio_fit(np.unique(row_size(rows[need[0]])), bn, fc, fn)
 
 
+def _link_term(key: str, op: str, g: pd.DataFrame, lm: LinkModel, how: str, note: str) -> OpFit:
+    nbytes, n = g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64)
+    ape = abs_rel_errors(lm.seconds(op, nbytes, n), g["seconds"].to_numpy())
+    return OpFit(key, how, {"base_s": lm.base_s, "hop_s": lm.hop_s, "busbw_gbs": lm.busbw_gbs}, len(g),
+                 float(ape.mean()), float(ape.max()), note)
+
+
 def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kernel: str | None = None,
                     head_dim: int | None = None) -> tuple[Calibration, FitReport]:
     """Fit the terms a validated profile measures; keep ``base`` for the others.
@@ -326,26 +339,39 @@ def fit_calibration(profile: pd.DataFrame, base: Calibration, name: str, *, kern
     comm = dict(base.comm)
     warnings: list[str] = []
     coll = profile[profile["op"].isin(COLLECTIVES)]
+    failed: list[tuple[str, str, pd.DataFrame, str]] = []
     for (op, link), g in coll.groupby(["op", "link"], sort=True):
         key = f"{op}:{link}"
         b = comm.get(key) or base.link(op, link)
         try:
             lm = fit_link(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64),
                           g["seconds"].to_numpy(), b)
-        except CalibrationError as e:  # timing noise (a loaded machine): keep the base's model, say so
-            why = (f"{key}: {str(e).split(': ', 1)[-1]} ({len(g)} rows; timing noise?): kept {base.name}'s "
-                   f"link model")
-            terms.append(OpFit(key, "base", {"base_s": b.base_s, "hop_s": b.hop_s, "busbw_gbs": b.busbw_gbs},
-                               len(g), note=why))
-            warnings.append(why)
-            comm[key] = b
+        except CalibrationError as e:  # timing noise (a loaded machine): fitted below from the same profile
+            failed.append((str(op), str(link), g, str(e).split(": ", 1)[-1]))
             continue
         comm[key] = lm
-        ape = abs_rel_errors(lm.seconds(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64)),
-                   g["seconds"].to_numpy())
-        terms.append(OpFit(key, "fitted", {"base_s": lm.base_s, "hop_s": lm.hop_s, "busbw_gbs": lm.busbw_gbs},
-                           len(g), float(ape.mean()), float(ape.max()),
-                           f"n = {', '.join(map(str, sorted(set(g['group_size'].astype(int)))))}"))
+        terms.append(_link_term(key, op, g, lm, "fitted",
+                                f"n = {', '.join(map(str, sorted(set(g['group_size'].astype(int)))))}"))
+    fitted_bw = {t.key: t.params["busbw_gbs"] for t in terms if t.how == "fitted" and t.key.count(":")}
+    for op, link, g, reason in failed:
+        # the times do not resolve a bandwidth (a loaded machine's noise dwarfs the bytes' share): the median
+        # bandwidth the same profile fitted for the other collectives on this link, else the base's; the
+        # latencies (the wait a loaded machine adds to every call) are fitted to these rows with it
+        key = f"{op}:{link}"
+        b = comm.get(key) or base.link(op, link)
+        same_link = sorted(v for k, v in fitted_bw.items() if k.endswith(":" + link))
+        if same_link:
+            bw = round_sig(float(np.median(same_link)))
+            src = f"the median of this profile's {len(same_link)} fitted {link} collective(s)"
+        else:
+            bw, src = b.busbw_gbs, f"{base.name}'s {key}"
+        lm = fit_link(op, g["bytes"].to_numpy(np.float64), g["group_size"].to_numpy(np.float64),
+                      g["seconds"].to_numpy(), b, busbw_gbs=bw)
+        why = (f"{key}: {reason} ({len(g)} rows; timing noise?): bandwidth {bw:.4g} GB/s from {src}, "
+               f"latency fitted ({lm.base_s:.3g} s)")
+        warnings.append(why)
+        comm[key] = lm
+        terms.append(_link_term(key, op, g, lm, "derived", why))
     fitted_keys = {t.key for t in terms if t.key.count(":")}
     for key in sorted(comm):
         if key not in fitted_keys:

@@ -19,8 +19,9 @@ Two layouts (the compute profile's, :mod:`real_runtime.profile_timing`):
   finish its burst — on a GPU node that is small, on a CPU host with fewer cores than processes it is the
   scheduler's time slice a run's CP groups wait for at every step. The gradient-sync collectives run once
   all ranks are ready (the simulator charges the wait for them as idle time), so their calls start after a
-  barrier of the group instead. The time is the mean over ``max(repeats, 6)`` calls, averaged over all
-  processes.
+  barrier of the group instead. The time is the median of ``max(repeats, 8)`` calls (a median: on a loaded
+  host one preempted call in a handful moves a mean by more than the bytes do, and then no bandwidth can be
+  fitted), averaged over all processes.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ COLLECTIVE_OPS = ("send_recv", "all_to_all", "all_gather", "reduce_scatter", "al
 RING_OPS = ("ring_fwd", "ring_bwd")
 CP_OPS = ("send_recv", "all_to_all")
 """Collectives a CP group runs between compute steps (the others sync gradients once all ranks are ready)."""
-CONCURRENT_MIN_CALLS = 6
+CONCURRENT_MIN_CALLS = 8
 
 
 def group_sizes(world: int) -> list[int]:
@@ -184,7 +185,7 @@ def profile_collectives(sizes: Sequence[int], device: torch.device, dtype: torch
                         before = burst if burst is not None and op in CP_OPS else partial(dist.barrier, group=pgs[g])
                         times = _times(call, clock, max(settings.repeats, CONCURRENT_MIN_CALLS), settings.warmup,
                                        before)
-                        sec = statistics.fmean(times)
+                        sec = statistics.median(times)
                     else:
                         times = _times(call, clock, settings.repeats, settings.warmup,
                                        partial(dist.barrier, group=pgs[g]))

@@ -8,9 +8,9 @@ from dcpsim.experiments.replay.replay import Replayed
 from dcpsim.experiments.replay.stats import ErrorStats
 
 
-def write_scatter(path: str, rows: Sequence[tuple[str, Replayed]], overall: ErrorStats) -> None:
-    """Predicted against measured (ms), one colour per dataset, the y = x line, saved to ``path`` (the caller
-    makes it atomic: :mod:`experiments.output.write`)."""
+def write_scatter(path: str, rows: Sequence[tuple[str, Replayed]], overall: ErrorStats, log: bool = False) -> None:
+    """Predicted against measured (ms), one colour per dataset, the y = x line (``log``: log-log axes, for
+    datasets of different scales), saved to ``path`` (the caller makes it atomic: :mod:`experiments.output.write`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -26,6 +26,8 @@ def write_scatter(path: str, rows: Sequence[tuple[str, Replayed]], overall: Erro
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax.set(xlabel="measured (ms)", ylabel="predicted (ms)", xlim=(lo, hi), ylim=(lo, hi),
            title=f"replay: n={overall.n}, MAPE {overall.mape:.1%}, mean error {overall.mean_error:+.1%}")
+    if log:
+        ax.set(xscale="log", yscale="log")
     ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

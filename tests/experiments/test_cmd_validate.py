@@ -164,3 +164,16 @@ def test_clear_errors_before_torch(capsys, monkeypatch, tmp_path):
     assert main(["validate"]) == 2
     err = capsys.readouterr().err
     assert "needs torch" in err and len(err.strip().splitlines()) == 1
+
+
+def test_collective_probes_span_sizes_a_loaded_host_resolves():
+    """4 KiB to 16 MiB, 6 sizes (full profile 8): the largest take well over a loaded host's per-call wait
+    (docs/real_runtime.md, "On a loaded small machine")."""
+    pytest.importorskip("torch")  # ProfileSettings lives in real_runtime.profiler
+    from dcpsim.experiments.validation.pipeline import profile_settings
+    from dcpsim.experiments.validation.settings import ValidateSettings
+
+    quick = profile_settings(ValidateSettings(), 256).collective_bytes
+    full = profile_settings(ValidateSettings(full_profile=True), 256).collective_bytes
+    assert (quick[0], quick[-1], len(quick)) == (1 << 12, 1 << 24, 6)
+    assert (full[0], full[-1], len(full)) == (1 << 12, 1 << 24, 8)
