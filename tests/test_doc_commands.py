@@ -236,6 +236,7 @@ NEEDS = [
     (re.compile(r"\bvalidate\b|run-real|real_runtime|torchrun"), "torch"),
     (re.compile(r"--backend ray|^ray "), "ray"),
     (re.compile(r"--device cuda|--backend nccl|torchrun"), "cuda"),
+    (re.compile(r"--address|^ray (start|job)"), "ray-cluster"),  # a running Ray cluster (RAY_ADDRESS)
 ]
 
 
@@ -245,6 +246,8 @@ def _has(need: str) -> bool:
             return False
         import torch
         return bool(torch.cuda.is_available())
+    if need == "ray-cluster":
+        return bool(os.environ.get("RAY_ADDRESS"))
     return importlib.util.find_spec(need) is not None
 
 

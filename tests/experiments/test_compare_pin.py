@@ -37,7 +37,9 @@ def _subset_equal(pinned, now, path="") -> list[str]:
 
 
 def test_default_compare_json_reproduces_the_pinned_numbers(capsys):
-    assert main(["compare", "--json", "--cost-terms", "legacy", "--no-progress"]) == 0
+    # the kernel-fitted H200 calibration the pin was printed with (the default is now the end-to-end DistCA fit)
+    kernels = Path(__file__).parent.parent.parent / "cost_models" / "data" / "calibration_h200_kernels.json"
+    assert main(["compare", "--json", "--cost-terms", "legacy", "--no-progress", "--calibration", str(kernels)]) == 0
     now = json.loads(capsys.readouterr().out)
     pinned = json.loads(PINNED.read_text())
     assert len(pinned["results"]) == 3
@@ -50,4 +52,5 @@ def test_default_compare_json_reproduces_the_pinned_numbers(capsys):
         else:
             assert got["hydra"]["iteration_time_s"] <= r["iteration_time_s"] * (1 + HYDRA_SLACK)
     rest = {k: v for k, v in pinned.items() if k != "results"}
+    assert now["scenario"].pop("calibration") == str(kernels) and rest["scenario"].pop("calibration") is None
     assert _subset_equal(rest, now) == []

@@ -92,7 +92,8 @@ def test_a_five_percent_inflated_bound_fails(monkeypatch) -> None:
 
 def test_the_cut_never_changes_a_plan_and_does_cut(monkeypatch) -> None:
     """The plans with the cut are the plans of filling every candidate in list order, on every case; and
-    candidates are cut (the bench cell n = 2,048, W = 256, seed 0: three candidates, one filled)."""
+    candidates are cut (the bench cell n = 2,048, W = 256, seed 0: candidates made, one filled — three made when
+    the cut landed, two since GEMMs are priced by shape)."""
     cut = 0
     for n, w, pp, seed in CASES:
         batch, job, cm = _case(n, w, pp, seed)
@@ -106,5 +107,5 @@ def test_the_cut_never_changes_a_plan_and_does_cut(monkeypatch) -> None:
         assert got.meta == ref.meta
         cut += rec["made"] - rec["filled"]
         if (n, w, pp, seed) == (2048, 256, 4, 0):
-            assert (rec["made"], rec["filled"]) == (3, 1)
+            assert rec["made"] >= 2 and rec["filled"] == 1
     assert cut >= 4

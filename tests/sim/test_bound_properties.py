@@ -224,7 +224,7 @@ def test_ulysses_floor_is_below_the_exposed_cp_comm(layout, seed, stage) -> None
     floor = float(np.broadcast_to(ulysses_floor(cm, gb.tokens_per_rank(), np.array([u])), (1,))[0])
     assert floor >= 0.0
     for comm in (k.fwd_comm_s, k.bwd_comm_s):
-        assert float(np.broadcast_to(comm, (1,))[0]) >= floor * (1 - 1e-12)
+        assert float(np.broadcast_to(comm, (1,))[0]) >= floor * (1 - 1e-9)  # rounding: 1.6e-12 seen
     if isinstance(cm, AnalyticCostModel) and u > 1 and not job.model.is_moe:
         nv, net = cm.cal.link("all_to_all", "nvlink"), cm.cal.link("all_to_all", "network")
         if nv.base_s + (u - 1) * nv.hop_s <= net.base_s + (u - 1) * net.hop_s and nv.busbw_gbs >= net.busbw_gbs:
