@@ -83,8 +83,6 @@ def _scenario_fields(sc: Scenario) -> dict[str, Any]:
     return d
 
 
-
-
 def load_sweep(path: str | Path) -> Sweep:
     """Parse and check a sweep file; every problem is a :class:`ScenarioError` naming the file and key."""
     from dcpsim.experiments.runner import parse_policy_specs
