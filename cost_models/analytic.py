@@ -219,12 +219,10 @@ class AnalyticCostModel(AnalyticCommunication):
             # forward), whatever job.moe_recompute says: the MoE-only recompute applies to the other layers,
             # and the re-run forward dispatches again (ep_comm_s doubles the backward for moe_recompute only).
             full = recompute.recomputed_fraction(job) if self.terms.recompute and job.recompute == "full" else 0.0
-            if self.terms.gemm_shapes:
-                n_moe = moe.stage_layers(job, stage)[1] if job.moe_recompute else 0
-                redo = n_moe * gemm.moe_mlp_fwd_s(job, tpr, cal.gemm.peak_tflops)
-            else:
-                redo = moe.recompute_bwd_s(job, cal, tpr, stage)
-            bwd = bwd + (1.0 - full) * redo
+            if job.moe_recompute:  # one more forward of each MoE layer's MLP part (router, experts, shared)
+                mlp = (gemm.moe_mlp_fwd_s(job, tpr, cal.gemm.peak_tflops) if self.terms.gemm_shapes
+                       else moe.moe_mlp_fwd_s(job, cal, tpr))
+                bwd = bwd + (1.0 - full) * moe.stage_layers(job, stage)[1] * mlp
             if full and not job.moe_recompute:
                 ep_b = ep_b + full * ep_f
         return fwd, cp_f, bwd, cp_b, tp_f, tp_b, ep_f, ep_b

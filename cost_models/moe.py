@@ -107,15 +107,6 @@ def moe_layer_fwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray) -> np.ndarr
     return cal.gemm.seconds(2.0 * job.model.attn_params * tpr / job.tp, tpr) + moe_mlp_fwd_s(job, cal, tpr)
 
 
-def recompute_bwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray, stage: int) -> np.ndarray:
-    """Extra backward compute of ``stage`` when MoE layers are recomputed (``job.moe_recompute``): one more
-    forward of each MoE layer's MLP part."""
-    n_moe = stage_layers(job, stage)[1]
-    if not (n_moe and job.moe_recompute):
-        return np.zeros_like(np.asarray(tpr, dtype=np.float64))
-    return n_moe * moe_mlp_fwd_s(job, cal, tpr)
-
-
 def dense_layer_fwd_s(job: JobSpec, cal: Calibration, tpr: np.ndarray) -> np.ndarray:
     """Forward compute seconds of one dense layer's GEMMs for ``tpr`` tokens per rank."""
     m = job.model
