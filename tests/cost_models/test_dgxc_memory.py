@@ -18,7 +18,7 @@ D7    Llama 3.1 405B      2048   8    8    2    16    8   8192   1
 D9    GPT-3 175B          128    4    8    1    4     6   2048   1
 D10   Nemotron-4 15B      16     2    1    1    8     1   4096   2
 D11   Nemotron-4 15B      2048   2    1    1    1024  1   4096   2
-D12   Nemotron-4 340B     256    8    8    1    4     1   4096   1
+D12   Nemotron-4 340B     256    8    8    1    4     12  4096   1
 ====  ==================  =====  ===  ===  ===  ====  ==  =====  ===
 """
 
@@ -91,10 +91,10 @@ def test_impossible_configurations_do_not_fit():
     assert AnalyticCostModel(job).peak_memory_gb(8192.0, 0) > h100.hbm_gb
 
 
-@pytest.mark.parametrize("row_id", ["D3", "D9", "D12"])
+@pytest.mark.parametrize("row_id", ["D3", "D9", "D12", "D10"])
 def test_in_flight_depth_is_the_schedules(row_id):
     """memory.in_flight (what the budget assumes) equals the simulated schedule's peak in-flight tokens per
-    stage over a microbatch's tokens per rank, interleaved (D3: V 5, D9: V 6) or not (D12)."""
+    stage over a microbatch's tokens per rank, interleaved (D3: V 5, D9: V 6, D12: V 12) or not (D10, one stage)."""
     import numpy as np
 
     from dcpsim.cost_models.memory import in_flight

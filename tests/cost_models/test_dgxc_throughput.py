@@ -2,12 +2,13 @@
 static CP at each row's degree, with the memory budget the model derives (no override but D6's).
 
 Measured at this commit (``python -m pytest tests/cost_models/test_dgxc_throughput.py -s`` prints the rows):
-mean |error| 6.5%, worst 21.4% (D12, Nemotron-4 340B, pessimistic; every other row within 10.2%), with GEMMs by
+mean |error| 4.9%, worst 10.2% (D5, Llama 3.1 405B cut to 8 layers, optimistic), with GEMMs by
 shape at the shipped H100 GEMM rate of 688.4 TFLOP/s, which these rows fitted (build_defaults step 7: least
 squares on log error; these rows are fitting data, so this is an in-sample figure). Before (GEMMs on the token
 curve at the kernel fit's 791.2 TFLOP/s): 22.9%, worst 34.9%, every row but D12 optimistic. The bounds below
 hold today's figures so that a change that moves them has to say so; the acceptance target is 10% mean, 20%
-worst (the worst is not met: D12).
+worst. D12 (Nemotron-4 340B) runs at VP 12, NeMo's recommended configuration for the recipe (the dgxc table
+prints VP NA); at VP 1 it was the one row past 20% (-21.4%).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from ._dgxc import rows, simulated_tokens_per_s_per_gpu
 
-MEAN_ABS_ERROR_NOW, WORST_ABS_ERROR_NOW = 0.065, 0.214
+MEAN_ABS_ERROR_NOW, WORST_ABS_ERROR_NOW = 0.049, 0.102
 
 
 def test_dgxc_rows_error_as_measured():
