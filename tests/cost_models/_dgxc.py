@@ -53,10 +53,16 @@ MODELS: dict[str, ModelSpec] = {
     "models/nemotron4_340b.toml": ModelSpec("nemotron4-340b", hidden=18432, ffn=73728, layers=96, heads=96, kv_heads=8,
                                             head_dim=192, vocab=256000, mlp="gelu",
                                             source="Nemotron-4 340B technical report, Table 1"),
+    # Grok-1 314B as dgxc-benchmarking's grok1/grok1_314b.yaml configures it (NeMo 1 launcher, Megatron-Core):
+    # 64 layers, hidden 6144, 48 heads, 8 query groups of 128, 8 experts of ffn 32768, top 2, "fast-geglu" (gated:
+    # three matrices, priced as swiglu), no biases, untied embeddings; the Llama-3-70B tokenizer (128256) padded
+    # to a multiple of 128 · TP 4 = 512: 128512. Every layer is MoE; no shared expert.
+    "models/grok1_314b.toml": ModelSpec("grok1-314b", hidden=6144, ffn=32768, layers=64, heads=48, kv_heads=8,
+                                        head_dim=128, vocab=128512, experts=8, experts_per_token=2,
+                                        expert_ffn=32768, source="dgxc-benchmarking grok1/grok1_314b.yaml"),
 }
 SKIPPED = {
     "D8": "GB200 row (the fitting target is H100)",
-    "D13": "Grok-1: MoE placement differs from Megatron's (issue 23 item 6)",
 }
 
 
@@ -76,10 +82,11 @@ class Row:
     vp: int
     tp_overlap: bool
     published: float  # tokens/s/GPU
+    ep: int = 1
 
     def job(self, **changes) -> JobSpec:
         fields = {"model": MODELS[self.model], "gpu": get_gpu(self.gpu), "tp": self.tp, "pp": self.pp,
-                      "pool": self.dp * self.cp, "vpp": self.vp, "context_len": self.seq_len * self.mbs,
+                      "pool": self.dp * self.cp, "vpp": self.vp, "ep": self.ep, "context_len": self.seq_len * self.mbs,
                       "global_batch_tokens": self.gbs * self.seq_len,
                       "tp_comm_overlap": TP_OVERLAP_HIDDEN if self.tp_overlap else 0.0,
                       "grad_reduce_in_fp32": False, "overlap_grad_reduce": True, "overlap_param_gather": True}
@@ -101,7 +108,7 @@ def rows() -> list[Row]:
         out.append(Row(r["id"], r["model"], r["gpu"], int(r["n_gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"]),
                        int(r["dp"]), int(r["seq_len"]), int(r["gbs"]), int(r["mbs"]),
                        1 if r["vp"] == "none" else int(r["vp"]), r["tp_overlap_in_source"].startswith("yes"),
-                       float(r["published"])))
+                       float(r["published"]), int(r["ep"])))
     return out
 
 
