@@ -114,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _moe_layout(args: argparse.Namespace) -> str:
+    """", EP8 ETP1" where the layout has expert parallelism (ETP unset: = TP, Megatron-LM's default)."""
+    return f", EP{args.ep} ETP{args.etp or args.tp}" if args.ep > 1 or args.etp else ""
+
+
 def _print_memory(args: argparse.Namespace, format_table) -> int:
     from dcpsim.experiments.inspection.layer_cost import MemoryQuery, memory
 
@@ -124,8 +129,8 @@ def _print_memory(args: argparse.Namespace, format_table) -> int:
     cols = ["weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "transient_gb", "reserve_gb",
             "step_copy_gb", "total_gb"]
     print(f"per GPU, GB: {args.model} on {args.gpu}, TP{args.tp} PP{args.pp} VP{args.vpp} pool "
-          f"{args.pool or args.cp}, {args.seq_len:,} tokens per microbatch over CP{args.cp}, recompute "
-          f"{args.recompute} (step copy: not alive with the activations; total counts the larger)")
+          f"{args.pool or args.cp}{_moe_layout(args)}, {args.seq_len:,} tokens per microbatch over CP{args.cp}, "
+          f"recompute {args.recompute} (step copy: not alive with the activations; total counts the larger)")
     rows = [[str(p["stage"])] + [f"{p[c]:.2f}" for c in cols] for p in parts]
     print(format_table(rows, ["stage"] + [c[:-3] for c in cols]))
     return 0

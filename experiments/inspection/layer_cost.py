@@ -164,6 +164,8 @@ class MemoryQuery:
     pool: int | None = None  # DP x CP ranks per stage (default: cp)
     recompute: str = "none"
     grad_reduce_in_fp32: bool = True
+    ep: int = 1  # expert-parallel degree (a MoE model's routed experts sharded over ETP · EP GPUs)
+    etp: int | None = None  # expert-tensor-parallel degree (None: = tp, Megatron-LM's default)
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> MemoryQuery:
@@ -176,5 +178,5 @@ def memory(query: MemoryQuery) -> list[dict]:
         raise ScenarioError("--memory needs --model PRESET (the whole model's parameters)")
     job = JobSpec(model=get_model(query.model), gpu=resolve_gpu(query.gpu), tp=query.tp, pp=query.pp,
                   vpp=query.vpp, pool=query.pool or query.cp, context_len=query.seq_len, recompute=query.recompute,
-                  grad_reduce_in_fp32=query.grad_reduce_in_fp32)
+                  grad_reduce_in_fp32=query.grad_reduce_in_fp32, ep=query.ep, etp=query.etp)
     return [memory_breakdown(job, s, query.seq_len / query.cp, cp=query.cp > 1).to_dict() for s in range(job.pp)]

@@ -136,3 +136,24 @@ def test_dcpsim_cost_shows_the_ep_layout_and_its_all_to_alls(capsys):
     ep = {k: v["ep_comm_fwd_s"] for k, v in rows.items()}
     assert ep[""] > 5 * ep["--etp 1"] and ep["--etp 1"] > ep["--etp 1 --moe-dispatcher flex"] > 0
     assert rows[""]["ep_comm_bwd_s"] == pytest.approx(2 * ep[""])  # MoE recompute (default on) dispatches again
+
+
+def test_cost_memory_takes_the_expert_layout(capsys):
+    """``dcpsim cost --memory --ep E --etp T`` prints the breakdown of that layout: the routed experts' weights
+    and gradients are split over ETP · EP GPUs, so EP 8 at ETP 1 holds less than EP 1, and the numbers are
+    cost_models.memory's for the same job."""
+    import json
+
+    from dcpsim.cost_models import JobSpec, get_gpu, get_model
+    from dcpsim.cost_models.memory import memory_breakdown
+
+    def printed(*extra: str) -> list[dict]:
+        assert main(["cost", "--memory", "--json", "--model", "qwen3-30b-a3b", "--seq-len", "8192", "--tp", "2",
+                     "--pp", "2", "--pool", "8", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    wide, plain = printed("--ep", "8", "--etp", "1"), printed()
+    job = JobSpec(model=get_model("qwen3-30b-a3b"), gpu=get_gpu("h100"), tp=2, pp=2, pool=8, context_len=8192,
+                  ep=8, etp=1)
+    assert wide == [memory_breakdown(job, s, 8192.0).to_dict() for s in range(2)]
+    assert all(w["weights_gb"] < p["weights_gb"] / 3 for w, p in zip(wide, plain))
