@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             doc |= {"iterations_run": result.batches, "warnings": list(result.warnings)}
         print(dumps_json(doc, "--json", sort_keys=True))
     else:
-        print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
+        print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} ({sc.layout()}), "
               f"context {sc.context_len:,}, {_batch_size(sc)}, trace {sc.trace}, "
               f"{result.batches} iteration(s), seed {sc.seed}")
         if sc.slow_ranks or sc.stragglers:

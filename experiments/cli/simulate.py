@@ -65,7 +65,7 @@ def _print_table(sc: Any, pr: Any, label: str, summary: Any) -> None:
     from dcpsim.experiments.output.tables import format_table
     from dcpsim.sim.metric_spec import declarations
 
-    print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} (TP{sc.tp} PP{sc.pp} pool {sc.pool}), "
+    print(f"scenario {sc.name}: {sc.model} on {sc.num_gpus} x {sc.gpu} ({sc.layout()}), "
           f"context {sc.context_len:,}, trace {sc.trace}, {len(pr.iterations)} iteration(s), policy {label}")
     rows = [[d.name, _value(getattr(summary.metrics, d.name)), d.unit] for d in declarations(type(summary.metrics))]
     rows.append(["fits_memory", str(summary.fits_memory), ""])

@@ -65,6 +65,14 @@ class Scenario:
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.pool
 
+    def layout(self) -> str:
+        """The layout as run headers print it: TP, PP (VP when interleaved), the pool; a MoE model's EP, ETP and
+        dispatcher; the recompute mode when there is one."""
+        s = f"TP{self.tp} PP{self.pp}" + (f" VP{self.vpp}" if self.vpp > 1 else "") + f" pool {self.pool}"
+        if self.ep > 1 or self.etp:
+            s += f", EP{self.ep} ETP{self.etp or self.tp} {self.moe_dispatcher} dispatcher"
+        return s + (f", recompute {self.recompute}" if self.recompute != "none" else "")
+
     def with_(self, **changes: Any) -> Scenario:
         valid = {f.name for f in fields(self)}
         bad = sorted(set(changes) - valid)
