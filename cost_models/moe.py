@@ -297,10 +297,10 @@ def moe_extra_activation_bytes(job: JobSpec, stage: int) -> float:
     return n_moe * (per - DENSE_ACT * job.model.hidden) / job.tp
 
 
-def grad_sync_expert_s(job: JobSpec, cal: Calibration, stage: int, link: str, rs_exposed: float = 1.0,
-                       ag_exposed: float = 1.0, grad_bytes: float = 2 * BF16_BYTES) -> float:
-    """Reduce-scatter of the expert gradients (``grad_bytes`` per parameter: the gradient buffer's dtype, fp32
-    by default as in Megatron-LM with --bf16; cost_models.analytic_comm) and all-gather of the bf16 expert
+def grad_sync_expert_s(job: JobSpec, cal: Calibration, stage: int, link: str, rs_exposed: float,
+                       ag_exposed: float, grad_bytes: float) -> float:
+    """Reduce-scatter of the expert gradients (``grad_bytes`` per parameter: the gradient buffer's dtype, which
+    the caller derives from the job, cost_models.analytic_comm) and all-gather of the bf16 expert
     parameters over the EDP group (tp · pool / (ETP · ep) ranks), per GPU: its P_e / (ETP · ep) expert parameters; the
     ``_exposed`` shares of each left exposed by DP overlap (cost_models.dp_overlap)."""
     params = stage_expert_params(job, stage) / (job.expert_tp * job.ep)

@@ -123,13 +123,14 @@ def test_expert_states_sharded_by_ep_and_optimizer_by_the_pool():
 
 def test_expert_gradient_sync_over_the_expert_data_parallel_ranks():
     cal = published_calibration(get_gpu("h100"))
-    assert moe.grad_sync_expert_s(job(ep=16), cal, 0, "network") == 0.0  # EDP = 16 / 16 = 1: nothing to sync
+    # EDP = 16 / 16 = 1: nothing to sync
+    assert moe.grad_sync_expert_s(job(ep=16), cal, 0, "network", 1.0, 1.0, 4.0) == 0.0
     params = LAYERS * E * EXPERT / 4  # this GPU's experts: fp32 gradients reduce-scattered, bf16 weights gathered
     rs, ag = cal.link("reduce_scatter", "network"), cal.link("all_gather", "network")
     hand = sum(lm.base_s + 3 * lm.hop_s + params * b * 3 / 4 / (lm.busbw_gbs * 1e9) for lm, b in ((rs, 4.0), (ag, 2.0)))
-    assert moe.grad_sync_expert_s(job(ep=4), cal, 0, "network") == pytest.approx(hand, rel=1e-12)
+    assert moe.grad_sync_expert_s(job(ep=4), cal, 0, "network", 1.0, 1.0, 4.0) == pytest.approx(hand, rel=1e-12)
     bf16 = sum(lm.base_s + 3 * lm.hop_s + params * 2.0 * 3 / 4 / (lm.busbw_gbs * 1e9) for lm in (rs, ag))
-    assert moe.grad_sync_expert_s(job(ep=4), cal, 0, "network", grad_bytes=2.0) == pytest.approx(bf16, rel=1e-12)
+    assert moe.grad_sync_expert_s(job(ep=4), cal, 0, "network", 1.0, 1.0, 2.0) == pytest.approx(bf16, rel=1e-12)
 
 
 def test_moe_activations_by_hand():
