@@ -60,8 +60,8 @@ def test_example_matches_the_analytic_model(capsys):
     from dcpsim.cost_models import gemm
 
     lin_f, lin_b = gemm.stage_s(job, np.array([32768.0]), 0, cal.gemm.peak_tflops)
-    assert (r["linear_fwd_s"], r["linear_bwd_s"]) == pytest.approx((lin_f[0] / job.layers_per_stage,
-                                                                    lin_b[0] / job.layers_per_stage))
+    assert (r["linear_fwd_s"], r["linear_bwd_s"]) == pytest.approx((lin_f[0] / job.stage_layers(0),
+                                                                    lin_b[0] / job.stage_layers(0)))
     assert 2 * r["linear_fwd_s"] < r["linear_bwd_s"] < 2.05 * r["linear_fwd_s"]
 
 
