@@ -34,13 +34,11 @@ TP_OVERLAP_HIDDEN = 1.0  # TransformerEngine userbuffers: TP collectives hidden 
 MODELS: dict[str, ModelSpec] = {
     "llama3-8b": get_model("llama3-8b"),
     "llama3-70b": get_model("llama3-70b"),
-    # Llama 3.1 405B cut to 8 layers (dgxc's 405b-Proxy); and whole, 126 layers (run with NeMo's split: SPLIT).
+    "llama3.1-405b": get_model("llama3.1-405b"),  # 126 layers, run with NeMo's split (SPLIT)
+    # Llama 3.1 405B cut to 8 layers (dgxc's 405b-Proxy).
     "models/llama31_405b_proxy8L.toml": ModelSpec("llama3.1-405b-8L", hidden=16384, ffn=53248, layers=8, heads=128,
                                                   kv_heads=8, head_dim=128, vocab=128256,
                                                   source="Llama-3.1-405B config.json, 8 layers (dgxc 405b-Proxy)"),
-    "models/llama31_405b.toml": ModelSpec("llama3.1-405b", hidden=16384, ffn=53248, layers=126, heads=128,
-                                          kv_heads=8, head_dim=128, vocab=128256,
-                                          source="Llama-3.1-405B config.json (126 layers)"),
     # GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads of 128); GELU MLP of 4h, biases,
     # tied embeddings; vocabulary 50257 padded to 50688 (NeMo: a multiple of 128 · TP 4).
     "models/nemo_gpt3_175b.toml": ModelSpec("gpt3-175b", hidden=12288, ffn=49152, layers=96, heads=96, kv_heads=96,
@@ -60,7 +58,7 @@ MODELS: dict[str, ModelSpec] = {
 # NeMo's llama31_405b recipe: the embedding and the loss each count as one layer of the pipeline split (module
 # docstring); at PP 1 (the 8-layer proxy) they change nothing.
 _NEMO_405B_SPLIT = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
-SPLIT: dict[str, dict] = {"models/llama31_405b.toml": _NEMO_405B_SPLIT,
+SPLIT: dict[str, dict] = {"llama3.1-405b": _NEMO_405B_SPLIT,
                           "models/llama31_405b_proxy8L.toml": _NEMO_405B_SPLIT}
 SKIPPED = {
     "D8": "GB200 row (the fitting target is H100)",
