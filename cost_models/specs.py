@@ -468,11 +468,11 @@ class JobSpec:
             return
         if emb or loss:
             n = L + emb + loss
-            what = "job.account_for_embedding_in_pipeline_split" if emb else "job.account_for_loss_in_pipeline_split"
-            _require(n % p == 0, "job.pp", p, f"must divide model.layers + {n - L} = {n} ({what[4:]}: the "
-                     f"embedding and the loss count as layers)")
-            _require((n // p) % v == 0, "job.vpp", v, f"must divide (model.layers + {n - L}) / pp = {n // p} "
-                     f"({what[4:]})")
+            why = " and ".join(f for f, on in (("account_for_embedding_in_pipeline_split", emb),
+                                                ("account_for_loss_in_pipeline_split", loss)) if on)
+            _require(n % p == 0, "job.pp", p, f"must divide model.layers + {n - L} = {n} ({why}: each counts as "
+                     "a layer)")
+            _require((n // p) % v == 0, "job.vpp", v, f"must divide (model.layers + {n - L}) / pp = {n // p} ({why})")
             return
         _require(L % p == 0, "job.pp", p, f"must divide model.layers = {L}")
         if v > 1:
