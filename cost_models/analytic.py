@@ -1,7 +1,7 @@
 """The analytic cost model of docs/cost_model.md, driven by a :class:`~cost_models.calibration.Calibration`.
 
 Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer groups), for one rank, one stage of
-``layers_per_stage`` layers:
+``nl = job.stage_layers(stage)`` layers (Megatron's split, even or not: cost_models.specs.pipeline_split):
 
 * Linear layers (CostTerms.gemm_shapes; cost_models.gemm): each layer's GEMMs by their (M, N, K) after TP/SP
   sharding for (Σ L / c) tokens, forward one GEMM each, backward dgrad and wgrad, at the fitted
@@ -11,7 +11,7 @@ Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer grou
   of blocks of L / r tokens (a ring step pairs chunks of L / r; Ulysses gives each rank whole sequences with
   a/u heads). Backward 2.5x forward.
 * Fixed costs (CostTerms.fixed_costs; cost_models.fixed_costs): every group's forward compute gets
-  ``layers_per_stage × (layer_overhead_fwd_s + (r − 1) · ring_step_overhead_fwd_s) + microbatch_overhead_fwd_s``
+  ``nl × (layer_overhead_fwd_s + (r − 1) · ring_step_overhead_fwd_s) + microbatch_overhead_fwd_s``
   and its backward the same with the ``_bwd_s`` fields (seconds, from the calibration; launches, norms, RoPE,
   activation, residuals, framework dispatch, the ring's per-step launches, the schedule's P2P launches).
   Added here and nowhere else; they do not depend on the group's tokens, so each extra microbatch and each
@@ -125,7 +125,7 @@ class AnalyticCostModel(AnalyticCommunication):
         groups' :meth:`fixed_s` where known; ``r``: their ring degrees size / u where known (then ``size_i`` and
         ``u_i`` are float64)."""
         job, m = self.job, self.job.model
-        nl, t = job.layers_per_stage, job.tp
+        nl, t = job.stage_layers(stage), job.tp
         if r is None:
             size = size_i.astype(np.float64)
             u = u_i.astype(np.float64)
@@ -180,23 +180,23 @@ class AnalyticCostModel(AnalyticCommunication):
             if fixed is not None:
                 fixed_f, fixed_b = fixed
             elif n_ring:
-                fixed_f, fixed_b = self.fixed_s(r)
-            else:
-                fixed_f, fixed_b = self._memoized("fixed_no_ring", lambda: self.fixed_s(np.ones(1)))
+                fixed_f, fixed_b = self.fixed_s(r, stage)
+            else:  # (by layer count: every stage of an even split shares one)
+                fixed_f, fixed_b = self._memoized(f"fixed_no_ring{nl}", lambda: self.fixed_s(np.ones(1), stage))
             fwd = fwd + fixed_f
             bwd = bwd + fixed_b
         if self.terms.recompute and job.recompute != "none":  # the backward re-runs forward work (recompute)
             if job.recompute == "selective":
                 bwd = bwd + att_f
             else:
-                frac = recompute.recomputed_fraction(job)
+                frac = recompute.recomputed_fraction(job, stage)
                 bwd = bwd + frac * fwd
                 cp_b = cp_b + frac * cp_f
         return fwd, cp_f, bwd, cp_b, tpr
 
     def _at_stage(self, core: tuple, first_rank: np.ndarray, stage: int) -> tuple:
         """:meth:`_costs` from :meth:`_core`'s part: the stage's ends, TP communication and MoE terms added."""
-        job, m, cal, nl = self.job, self.job.model, self._cal, self.job.layers_per_stage
+        job, m, cal, nl = self.job, self.job.model, self._cal, self.job.stage_layers(stage)
         fwd, cp_f, bwd, cp_b, tpr = core
         ends = self._ends(tpr, stage)
         if ends is not None:
@@ -208,7 +208,7 @@ class AnalyticCostModel(AnalyticCommunication):
             end_tp_f, end_tp_b = (ends[2], ends[3]) if ends is not None else (0.0, 0.0)
             tp_f, tp_b = tp_layer * nl + end_tp_f, tp_layer * nl + end_tp_b
             if self.terms.recompute and job.recompute == "full":  # the re-run forward's TP collectives
-                tp_b = tp_b + recompute.recomputed_fraction(job) * tp_layer * nl
+                tp_b = tp_b + recompute.recomputed_fraction(job, stage) * tp_layer * nl
         ep_f: np.ndarray | float = 0.0
         ep_b: np.ndarray | float = 0.0
         if m.is_moe:
@@ -218,7 +218,8 @@ class AnalyticCostModel(AnalyticCommunication):
             # A layer that full recompute re-runs whole re-runs its MoE part once (in _core's share of the
             # forward), whatever job.moe_recompute says: the MoE-only recompute applies to the other layers,
             # and the re-run forward dispatches again (ep_comm_s doubles the backward for moe_recompute only).
-            full = recompute.recomputed_fraction(job) if self.terms.recompute and job.recompute == "full" else 0.0
+            full = (recompute.recomputed_fraction(job, stage) if self.terms.recompute and job.recompute == "full"
+                    else 0.0)
             if job.moe_recompute:  # one more forward of each MoE layer's MLP part (router, experts, shared)
                 mlp = (gemm.moe_mlp_fwd_s(job, tpr, cal.gemm.peak_tflops) if self.terms.gemm_shapes
                        else moe.moe_mlp_fwd_s(job, cal, tpr))
@@ -243,14 +244,14 @@ class AnalyticCostModel(AnalyticCommunication):
                                        f"{name!r}; it has: {have} (profile that kernel and run dcpsim calibrate)")
         return cal.attn_fwd, cal.attn_bwd, f"calibration curve of {cal.name}"
 
-    def fixed_s(self, r: np.ndarray) -> tuple[np.ndarray | float, np.ndarray | float]:
-        """Fixed (token-independent) forward and backward seconds of one group operation at one stage, per
+    def fixed_s(self, r: np.ndarray, stage: int = 0) -> tuple[np.ndarray | float, np.ndarray | float]:
+        """Fixed (token-independent) forward and backward seconds of one group operation at ``stage``, per
         GPU (cost_models.fixed_costs): per layer, per ring step beyond the first (r − 1 per layer), per
         microbatch. Zero with CostTerms.fixed_costs off (then the calibration's per-layer overhead is dropped
         too: the first version's numbers)."""
         if not self.terms.fixed_costs:
             return 0.0, 0.0
-        cal, nl = self._cal, self.job.layers_per_stage
+        cal, nl = self._cal, self.job.stage_layers(stage)
         steps = np.maximum(np.asarray(r, dtype=np.float64) - 1.0, 0.0)
         fwd = nl * (cal.layer_overhead_fwd_s + steps * cal.ring_step_overhead_fwd_s) + cal.microbatch_overhead_fwd_s
         bwd = nl * (cal.layer_overhead_bwd_s + steps * cal.ring_step_overhead_bwd_s) + cal.microbatch_overhead_bwd_s
@@ -300,7 +301,7 @@ class AnalyticCostModel(AnalyticCommunication):
         lin_flops = tpr * self._memoized("lin_per_token", lambda: linear_fwd_flops_per_token(job.model))
         if job.tp != 1:  # x / 1 is x
             lin_flops = lin_flops / job.tp
-        fwd = self._cal.gemm.seconds(lin_flops * job.layers_per_stage, tpr)
+        fwd = self._cal.gemm.seconds(lin_flops * job.stage_layers(stage), tpr)
         return fwd, LINEAR_BWD_FACTOR * fwd
 
     def optimizer_s(self, stage: int) -> float:

@@ -179,7 +179,7 @@ class AnalyticCommunication:
         return np.where(n > 1 if uly is False else uly, both, 0.0)
 
     def ulysses_floor(self, tpr: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """A lower bound on :meth:`_ulysses_time` · layers per stage of groups with inner degree ``u`` holding
+        """A lower bound on :meth:`_ulysses_time` · the layers of any stage, of groups with inner degree ``u`` holding
         ``tpr`` tokens per rank, wherever their inner groups sit (assumption U of docs/bound.md): the four
         all-to-alls per layer are α + β·tpr on each link class, so α* + β*·tpr with α*, β* the smaller of the
         NVLink and the network intercept and slope is below either. 0 where u = 1."""
@@ -188,7 +188,7 @@ class AnalyticCommunication:
         t1 = [self._ulysses_time(np.ones_like(uniq), uniq, np.full(uniq.shape, x)) for x in (False, True)]
         alpha = np.minimum(t0[0], t0[1])
         beta = np.maximum(np.minimum(t1[0] - t0[0], t1[1] - t0[1]), 0.0)
-        nl = self.job.layers_per_stage
+        nl = min(self.job.stage_layers(s) for s in range(self.job.pp))  # (every stage's floor: the fewest layers)
         per = np.where(uniq > 1, nl, 0.0)
         return (per * alpha)[idx] + (per * beta)[idx] * np.asarray(tpr, dtype=np.float64)
 

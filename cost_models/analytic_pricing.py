@@ -45,17 +45,21 @@ class AnalyticPricing(GroupCostsPricing):
         """Of a dense model, the stages strictly between the ends (both ends too with CostTerms.lm_head off)
         cost the same when a stage's ranks start on an NVLink-domain boundary, pool · t a multiple of the
         domain's GPUs: then every group's crossings (contiguous or listed members, either links rule) are the
-        same at every stage, and nothing else in group_costs reads the stage. Otherwise (a MoE model: its
-        stages hold different layers; groups shifted across a domain boundary) every stage is its own class."""
+        same at every stage, and nothing else in group_costs reads the stage but its layer count, which differs
+        only at the ends (Megatron's uneven splits: cost_models.specs.pipeline_split; the ends are then their
+        own classes with CostTerms.lm_head off too). Otherwise (a MoE model: its stages hold different layers;
+        groups shifted across a domain boundary) every stage is its own class."""
         cm = self.cost_model
         return cm._memoized("stage_classes", lambda: self._classes(
-            cm.terms.lm_head, not cm.job.model.is_moe and self.stages_on_domain_boundaries()))
+            cm.terms.lm_head or not cm.job.even_split,
+            not cm.job.model.is_moe and self.stages_on_domain_boundaries()))
 
     def compute_stage_classes(self) -> tuple[int, ...]:
-        """Of a dense model, every stage between the ends: each runs ``layers_per_stage`` identical layers and
-        only the ends differ (the embedding at stage 0, the LM head at p − 1: ``AnalyticCostModel.ends_s``);
-        links, which depend on the stage, are CP communication, outside what this reads. The ends stay their
-        own classes whether or not CostTerms.lm_head is on. A MoE model: every stage its own."""
+        """Of a dense model, every stage between the ends: each runs the same layers (JobSpec.stage_layers; an
+        uneven split differs only at the ends) and only the ends differ (the embedding at stage 0, the LM head
+        at p − 1: ``AnalyticCostModel.ends_s``); links, which depend on the stage, are CP communication,
+        outside what this reads. The ends stay their own classes whether or not CostTerms.lm_head is on. A MoE
+        model: every stage its own."""
         return self._classes(True, not self.cost_model.job.model.is_moe)
 
     def _classes(self, ends_apart: bool, middle_shared: bool) -> tuple[int, ...]:
@@ -103,7 +107,7 @@ class AnalyticPricing(GroupCostsPricing):
         cm = self.cost_model
         L = np.asarray(lengths, dtype=np.int64).astype(np.float64)
         size, u = np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64)
-        shared = not cm.job.model.is_moe and self.stages_on_domain_boundaries()
+        shared = self._shared_core()
         ks = [len(L) if k is None else k for k in (prefix or (None,) * len(stages))]
         if option is None:
             def core_of(s: int, c: int) -> tuple:
@@ -126,13 +130,19 @@ class AnalyticPricing(GroupCostsPricing):
         L = np.asarray(lengths, dtype=np.int64)
         n = len(np.asarray(sizes))
         ks = [len(L) if k is None else k for k in (prefix or (None,) * len(stages))]
-        shared = not self.cost_model.job.model.is_moe and self.stages_on_domain_boundaries()
+        shared = self._shared_core()
         calls = [(tuple(stages), max(ks, default=0))] if shared else [((s,), k) for s, k in zip(stages, ks)]
         rows = []
         for ss, c in calls:
             flat = self.alone_stage_totals(np.tile(L[:c], n), sizes, ulysses, ss, None, np.repeat(np.arange(n), c))
             rows += [row.reshape(n, c) for row in flat]
         return [row[:, :k] for row, k in zip(rows, ks)]
+
+    def _shared_core(self) -> bool:
+        """Whether every stage has the same core (``AnalyticCostModel._core``): a dense model whose stages start
+        on domain boundaries and hold the same layers (an even split)."""
+        job = self.cost_model.job
+        return not job.model.is_moe and self.stages_on_domain_boundaries() and job.even_split
 
     def _options(self, size: np.ndarray, u: np.ndarray, key_stage: int, stage: int) -> tuple:
         """Per option (int64 ``size``, ``u``), contiguous from pool rank 0 at ``stage``: its ring's and inner
@@ -148,7 +158,7 @@ class AnalyticPricing(GroupCostsPricing):
             ring_x, inner_x = cm._crossings(stage, size, u, np.zeros(len(size), dtype=np.int64))
             size_f, u_f = size.astype(np.float64), u.astype(np.float64)
             r = size_f / u_f
-            fixed = cm.fixed_s(r) if cm.terms.fixed_costs else None
+            fixed = cm.fixed_s(r, stage) if cm.terms.fixed_costs else None
             if fixed is not None:
                 fixed = (np.broadcast_to(fixed[0], r.shape), np.broadcast_to(fixed[1], r.shape))
             per = cache[key] = (ring_x, inner_x, fixed, size_f, u_f, r)

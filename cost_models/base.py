@@ -2,7 +2,7 @@
 
 All functions are vectorised over groups (numpy arrays): the simulator prices a whole plan in a few array
 operations, never per token or per sequence in Python. Times are seconds *per pipeline stage* (the stage's
-``layers_per_stage`` layers) for one rank of a CP group.
+``JobSpec.stage_layers(stage)`` layers) for one rank of a CP group.
 """
 
 from __future__ import annotations

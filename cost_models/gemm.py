@@ -106,7 +106,7 @@ def fwd_bwd_s(job: JobSpec, gemms: list[Gemm], tokens: np.ndarray, peak_tflops: 
 def stage_s(job: JobSpec, tokens: np.ndarray, stage: int, peak_tflops: float) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of every linear layer of pipeline stage ``stage`` for ``tokens`` per GPU."""
     T = np.asarray(tokens, dtype=np.float64)
-    n_dense, n_moe = stage_layers(job, stage) if job.model.is_moe else (job.layers_per_stage, 0)
+    n_dense, n_moe = stage_layers(job, stage) if job.model.is_moe else (job.stage_layers(stage), 0)
     fwd, bwd = np.zeros_like(T), np.zeros_like(T)
     if n_dense:
         f, b = fwd_bwd_s(job, layer_gemms(job), T, peak_tflops)

@@ -59,7 +59,7 @@ def stage_s(job: JobSpec, tokens_per_rank: np.ndarray, stage: int) -> tuple[np.n
 
 def per_token_s(job: JobSpec, stage: int) -> tuple[float, float]:
     """Forward and backward seconds per token per rank of the stage's memory-bound operators."""
-    dense, moe = stage_layers(job, stage) if job.model.is_moe else (job.layers_per_stage, 0)
+    dense, moe = stage_layers(job, stage) if job.model.is_moe else (job.stage_layers(stage), 0)
     fd, bd = layer_bytes(job.model)
     fwd, bwd = dense * fd, dense * bd
     if moe:

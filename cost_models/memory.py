@@ -24,7 +24,9 @@
 * In flight: under 1F1B stage s holds the activations of up to p − s microbatches; interleaved with V model
   chunks (Megatron's warm-up of 2(p − s − 1) + (V − 1)·p chunk forwards, plus the steady state's one), up to
   (2(p − s − 1) + (V − 1)·p + 1) chunk microbatches of 1/V of the stage's layers each
-  (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving).
+  (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving); with an
+  uneven split (Megatron's account_for_*_in_pipeline_split, num_layers_in_first/last_pipeline_stage:
+  JobSpec.split) each chunk holds its own share of the stage's layers, and :func:`in_flight` weighs them.
 
 Terms added since the first version, each gated by a CostTerms switch (off: the first version's numbers):
 
@@ -75,11 +77,12 @@ def stage_params(job: JobSpec, stage: int) -> int:
     (tied embeddings with one stage: one copy; with several, the last stage keeps its own copy, as Megatron
     does). A MoE stage counts all its experts (model_state_bytes shards them by EP)."""
     m = job.model
+    nl = job.stage_layers(stage)
     if m.is_moe:
-        nl = job.layers_per_stage
-        p = sum(m.layer_params(i) for i in range(stage * nl, (stage + 1) * nl))
+        first = job.stage_first_layer(stage)
+        p = sum(m.layer_params(i) for i in range(first, first + nl))
     else:
-        p = job.layers_per_stage * m.params_per_layer
+        p = nl * m.params_per_layer
     if stage == 0:
         p += m.vocab * m.hidden
     if stage == job.pp - 1 and not (m.tied_embeddings and job.pp == 1):
@@ -165,9 +168,9 @@ def activation_bytes_per_token(job: JobSpec, terms: CostTerms | None = None, sta
     MoE layers keep their experts' inputs and intermediates instead of a dense MLP's (cost_models.moe)."""
     terms = terms or CostTerms()
     j = _recompute(job, terms)
-    whole = j.layers_per_stage - j.vpp * rc.checkpointed_layers(j)
+    whole = j.stage_layers(stage) - rc.checkpointed_layers(j, stage)
     out = whole * layer_activation_bytes_per_token(j, terms)
-    out += j.vpp * rc.checkpoints(j) * CHECKPOINT_BYTES_PER_TOKEN_HIDDEN * j.model.hidden / j.tp
+    out += rc.checkpoints(j, stage) * CHECKPOINT_BYTES_PER_TOKEN_HIDDEN * j.model.hidden / j.tp
     if job.model.is_moe:
         return out + moe_extra_activation_bytes(job, stage)
     return out
@@ -187,18 +190,34 @@ def transient_bytes(job: JobSpec, stage: int, largest_tokens: np.ndarray | float
         out = out + largest * job.heads_per_rank * d * FP32_BYTES
         out = out + np.asarray(cp_tokens, dtype=np.float64) * RING_BUFFERS * 2 * job.kv_heads_per_rank * d * BF16_BYTES
     j = _recompute(job, terms)
-    if rc.rebuilt_layers(j):
-        out = out + largest * rc.rebuilt_layers(j) * layer_activation_bytes_per_token(j, terms)
+    if rc.rebuilt_layers(j, stage):
+        out = out + largest * rc.rebuilt_layers(j, stage) * layer_activation_bytes_per_token(j, terms)
     return out
 
 
 def in_flight(job: JobSpec, stage: int) -> float:
     """Microbatches (in whole-stage equivalents) whose activations stage ``stage`` holds at once: p − s under
-    1F1B; (2(p − s − 1) + (V − 1)·p + 1) / V interleaved (module docstring)."""
+    1F1B; (2(p − s − 1) + (V − 1)·p + 1) / V interleaved (module docstring).
+
+    With an uneven split (JobSpec.split) a chunk's forward holds its share a_c of the stage's layers
+    (JobSpec.chunk_shares), and the largest sum over the steady state is taken: with microbatch groups of p
+    (Megatron's default), forward k runs chunk c(k) = (k mod p·V) // p and backward k frees chunk V − 1 − c(k);
+    after warm-up w = 2(p − s − 1) + (V − 1)·p and forward w + i, the stage holds
+    Σ_{k ≤ w + i} a_{c(k)} − Σ_{k < i} a_{V − 1 − c(k)}, periodic in i with period p·V (both sums gain p·Σ a
+    per period), so i = 0 … p·V − 1 give its maximum."""
     p, v = job.pp, job.vpp
     if v == 1:
         return float(p - stage)
-    return (2 * (p - stage - 1) + (v - 1) * p + 1) / v
+    if job.even_split:
+        return (2 * (p - stage - 1) + (v - 1) * p + 1) / v
+    a = job.chunk_shares(stage)
+    w = 2 * (p - stage - 1) + (v - 1) * p
+    held = sum(a[(k % (p * v)) // p] for k in range(w + 1))
+    best = held
+    for i in range(1, p * v):
+        held += a[((w + i) % (p * v)) // p] - a[v - 1 - ((i - 1) % (p * v)) // p]
+        best = max(best, held)
+    return best
 
 
 def memory_budget_tokens(job: JobSpec, terms: CostTerms | None = None) -> int:

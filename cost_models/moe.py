@@ -73,9 +73,10 @@ DENSE_NON_MLP_ACT = 15.0  # those 34·h less its MLP's 19·h (same paper, §4.1)
 
 
 def stage_layers(job: JobSpec, stage: int) -> tuple[int, int]:
-    """(dense layers, MoE layers) of pipeline stage ``stage``."""
-    nl = job.layers_per_stage
-    return job.model.stage_layer_counts(stage * nl, nl)
+    """(dense layers, MoE layers) of pipeline stage ``stage``: its JobSpec.stage_layers taken as one contiguous
+    slice (JobSpec.stage_first_layer; with V > 1 chunks the rank really holds the layers of virtual stages
+    c·p + stage, a mix this does not follow: docs/architecture.md, "Not modelled")."""
+    return job.model.stage_layer_counts(job.stage_first_layer(stage), job.stage_layers(stage))
 
 
 def stage_expert_params(job: JobSpec, stage: int) -> int:

@@ -28,30 +28,41 @@ def num_layers(job: JobSpec) -> int:
     return job.recompute_layers or 1
 
 
-def checkpointed_layers(job: JobSpec) -> int:
-    """Layers of one model chunk that keep only their input (full recompute), of layers_per_virtual_stage."""
+def _chunk_checkpointed(job: JobSpec, n: int) -> int:
+    """Layers of a model chunk of ``n`` layers that keep only their input (full recompute)."""
+    return n if job.recompute_method == "uniform" else min(num_layers(job), n)
+
+
+def checkpointed_layers(job: JobSpec, stage: int = 0) -> int:
+    """Layers of pipeline rank ``stage`` (all its model chunks; JobSpec.split) that keep only their input under
+    full recompute; 0 otherwise. Megatron checkpoints inside each model chunk (each chunk is a
+    TransformerBlock: ``_checkpointed_forward`` walks that block's layers)."""
     if job.recompute != "full":
         return 0
-    nl = job.layers_per_virtual_stage
-    return nl if job.recompute_method == "uniform" else min(num_layers(job), nl)
+    return sum(_chunk_checkpointed(job, n) for n in job.split[stage])
 
 
-def checkpoints(job: JobSpec) -> int:
-    """Tensors (one layer input each) a model chunk keeps for its checkpointed layers: one per group of
-    ``num_layers`` with the uniform method, one per layer with block."""
-    n = checkpointed_layers(job)
-    if job.recompute == "full" and job.recompute_method == "uniform":
-        return -(-n // num_layers(job))
-    return n
-
-
-def rebuilt_layers(job: JobSpec) -> int:
-    """Layers whose whole activations a full recompute rebuilds at once during the backward (0 otherwise)."""
+def checkpoints(job: JobSpec, stage: int = 0) -> int:
+    """Tensors (one layer input each) rank ``stage``'s chunks keep for their checkpointed layers: per chunk one
+    per group of ``num_layers`` with the uniform method, one per layer with block."""
     if job.recompute != "full":
         return 0
-    return min(num_layers(job), job.layers_per_virtual_stage) if job.recompute_method == "uniform" else 1
+    if job.recompute_method == "uniform":
+        k = num_layers(job)
+        return sum(-(-n // k) for n in job.split[stage])
+    return checkpointed_layers(job, stage)
 
 
-def recomputed_fraction(job: JobSpec) -> float:
-    """Share of a stage's layers whose forward the backward re-runs under full recompute."""
-    return checkpointed_layers(job) / job.layers_per_virtual_stage
+def rebuilt_layers(job: JobSpec, stage: int = 0) -> int:
+    """Layers whose whole activations a full recompute rebuilds at once during the backward on rank ``stage``
+    (its largest chunk's group; 0 otherwise)."""
+    if job.recompute != "full":
+        return 0
+    biggest = max(job.split[stage])
+    return min(num_layers(job), biggest) if job.recompute_method == "uniform" else min(1, biggest)
+
+
+def recomputed_fraction(job: JobSpec, stage: int = 0) -> float:
+    """Share of rank ``stage``'s layers whose forward the backward re-runs under full recompute."""
+    n = job.stage_layers(stage)
+    return checkpointed_layers(job, stage) / n if n else 0.0

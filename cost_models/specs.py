@@ -263,6 +263,42 @@ class GPUSpec:
         return self.nics_per_node * self.nodes_per_domain
 
 
+def pipeline_split(layers: int, pp: int, vpp: int = 1, account_for_embedding: bool = False,
+                   account_for_loss: bool = False, first: int | None = None,
+                   last: int | None = None) -> tuple[tuple[int, ...], ...]:
+    """Transformer layers of chunk c of pipeline rank r, ``[r][c]``, as Megatron-Core builds them
+    (megatron/core/transformer/transformer_block.py, ``get_num_layers_to_build``; the layers' order,
+    transformer_layer.py ``get_transformer_layer_offset``, is that of the virtual stages k = c·p + r):
+
+    * no option: layers / (p · V) per virtual stage;
+    * ``account_for_embedding`` / ``account_for_loss`` (TransformerConfig ``account_for_embedding_in_pipeline_split``
+      / ``account_for_loss_in_pipeline_split``): the embedding (loss) counts as one layer, so every virtual stage
+      has (layers + e + l) / (p · V) slots, and the first virtual stage (chunk 0 of rank 0) builds one transformer
+      layer fewer, the last (chunk V − 1 of rank p − 1) one fewer;
+    * ``first`` / ``last`` (``num_layers_in_first_pipeline_stage`` / ``num_layers_in_last_pipeline_stage``,
+      Megatron-LM's ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``): rank 0
+      (p − 1) holds ``first`` (``last``) layers, the other ranks share the rest evenly; each rank's layers are
+      split evenly over its V chunks.
+
+    The layout is assumed valid (:class:`JobSpec` checks Megatron's divisibility rules)."""
+    if first is not None or last is not None:
+        stages = pp - (first is not None) - (last is not None)
+        middle = layers - (first or 0) - (last or 0)
+        per_rank = [middle // stages if stages else 0] * pp
+        if first is not None:
+            per_rank[0] = first
+        if last is not None:
+            per_rank[-1] = last
+        return tuple((n // vpp,) * vpp for n in per_rank)
+    slots = (layers + account_for_embedding + account_for_loss) // (pp * vpp)
+    table = [[slots] * vpp for _ in range(pp)]
+    if account_for_embedding:
+        table[0][0] -= 1
+    if account_for_loss:
+        table[pp - 1][vpp - 1] -= 1
+    return tuple(tuple(row) for row in table)
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One training job: model, GPU and its parallel layout.
@@ -312,6 +348,13 @@ class JobSpec:
     # optimizer dcpsim always assumes (cost_models.dp_overlap).
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
+    # Megatron-Core's uneven pipeline split (TransformerConfig fields of the same names; :func:`pipeline_split`):
+    # the embedding (loss) counts as one layer of the first (last) virtual stage, or the first (last) pipeline
+    # stage holds the given number of transformer layers. All off: layers / (pp · vpp) per virtual stage.
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    num_layers_in_first_pipeline_stage: int | None = None
+    num_layers_in_last_pipeline_stage: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens", "ep"):
@@ -324,13 +367,14 @@ class JobSpec:
                  f"must divide model.heads = {self.model.heads}")
         _require(self.model.kv_heads % self.tp == 0 or self.tp % self.model.kv_heads == 0, "job.tp", self.tp,
                  f"must divide model.kv_heads = {self.model.kv_heads} or be a multiple of it")
-        _require(self.model.layers % self.pp == 0, "job.pp", self.pp,
-                 f"must divide model.layers = {self.model.layers}")
         _require(isinstance(self.vpp, int) and self.vpp >= 1, "job.vpp", self.vpp, "a positive integer")
-        if self.vpp > 1:  # Megatron: interleaving needs pp > 1 and whole layers per virtual stage
+        if self.vpp > 1:  # Megatron: interleaving needs pp > 1
             _require(self.pp >= 2, "job.vpp", self.vpp, f"1 at job.pp = {self.pp} (interleaving needs pp ≥ 2)")
-            _require(self.model.layers % (self.pp * self.vpp) == 0, "job.vpp", self.vpp,
-                     f"pp · vpp = {self.pp * self.vpp} must divide model.layers = {self.model.layers}")
+        self._check_split()
+        object.__setattr__(self, "_split", pipeline_split(
+            self.model.layers, self.pp, self.vpp, self.account_for_embedding_in_pipeline_split,
+            self.account_for_loss_in_pipeline_split, self.num_layers_in_first_pipeline_stage,
+            self.num_layers_in_last_pipeline_stage))
         _require(self.tp <= self.gpu.nvlink_domain and self.gpu.nvlink_domain % self.tp == 0, "job.tp", self.tp,
                  f"must divide gpu.nvlink_domain = {self.gpu.nvlink_domain} (TP stays inside an NVLink domain)")
         _require(self.memory_reserve_gb >= 0, "job.memory_reserve_gb", self.memory_reserve_gb, "≥ 0")
@@ -345,8 +389,8 @@ class JobSpec:
             _require(self.recompute == "full", "job.recompute_layers", self.recompute_layers,
                      "unset unless job.recompute = 'full' (Megatron: --recompute-num-layers goes with full)")
             _require(isinstance(self.recompute_layers, int) and not isinstance(self.recompute_layers, bool)
-                     and 1 <= self.recompute_layers <= self.layers_per_virtual_stage, "job.recompute_layers",
-                     self.recompute_layers, f"an integer in 1..{self.layers_per_virtual_stage} (the layers of one "
+                     and 1 <= self.recompute_layers <= self.max_chunk_layers, "job.recompute_layers",
+                     self.recompute_layers, f"an integer in 1..{self.max_chunk_layers} (the layers of the largest "
                      "model chunk)")
         for f in ("grad_reduce_in_fp32", "overlap_grad_reduce", "overlap_param_gather"):
             _require(isinstance(getattr(self, f), bool), f"job.{f}", getattr(self, f), "true or false")
@@ -389,6 +433,51 @@ class JobSpec:
                  "a cost_models.stragglers.Stragglers")
         self.stragglers.check(self.pp, self.pool, self.tp, "job.stragglers")
 
+    def _check_split(self) -> None:
+        """Megatron's rules for the layers of every (virtual) pipeline stage, each refused in one line
+        (Megatron-Core transformer_config.py, ``TransformerConfig.__post_init__``, "Uneven PP" and the
+        account_for_* branch; Megatron-LM megatron/training/arguments.py, the same divisibility asserts)."""
+        L, p, v = self.model.layers, self.pp, self.vpp
+        emb, loss = self.account_for_embedding_in_pipeline_split, self.account_for_loss_in_pipeline_split
+        first, last = self.num_layers_in_first_pipeline_stage, self.num_layers_in_last_pipeline_stage
+        for f in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+            _require(isinstance(getattr(self, f), bool), f"job.{f}", getattr(self, f), "true or false")
+        for f, n in (("num_layers_in_first_pipeline_stage", first), ("num_layers_in_last_pipeline_stage", last)):
+            if n is None:
+                continue
+            _require(not (emb or loss), f"job.{f}", n, "unset when account_for_embedding_in_pipeline_split or "
+                     "account_for_loss_in_pipeline_split is true (Megatron-Core: not both kinds of uneven split)")
+            _require(isinstance(n, int) and not isinstance(n, bool) and n >= 1, f"job.{f}", n,
+                     "a positive integer (Megatron-Core: must be larger than 0)")
+            _require(p >= 2, f"job.{f}", n, f"unset at job.pp = {p} (an uneven split needs pp ≥ 2)")
+            _require(n % v == 0, f"job.{f}", n, f"a multiple of job.vpp = {v} (whole layers per model chunk)")
+        if first is not None or last is not None:
+            what = "job.num_layers_in_first_pipeline_stage" if first is not None else \
+                "job.num_layers_in_last_pipeline_stage"
+            value = first if first is not None else last
+            stages = p - (first is not None) - (last is not None)
+            middle = L - (first or 0) - (last or 0)
+            _require(middle >= 0, what, value, f"first + last at most model.layers = {L}")
+            _require(bool(middle) == bool(stages), what, value,
+                     f"leaves {middle} layers for {stages} middle stages (Megatron-Core: both or neither)")
+            if stages:
+                _require(middle % stages == 0, what, value, f"leaves {middle} layers, not a multiple of the "
+                         f"{stages} middle stages")
+                _require((middle // stages) % v == 0, what, value, f"leaves {middle // stages} layers per middle "
+                         f"stage, not a multiple of job.vpp = {v}")
+            return
+        if emb or loss:
+            n = L + emb + loss
+            why = " and ".join(f for f, on in (("account_for_embedding_in_pipeline_split", emb),
+                                                ("account_for_loss_in_pipeline_split", loss)) if on)
+            _require(n % p == 0, "job.pp", p, f"must divide model.layers + {n - L} = {n} ({why}: each counts as "
+                     "a layer)")
+            _require((n // p) % v == 0, "job.vpp", v, f"must divide (model.layers + {n - L}) / pp = {n // p} ({why})")
+            return
+        _require(L % p == 0, "job.pp", p, f"must divide model.layers = {L}")
+        if v > 1:
+            _require(L % (p * v) == 0, "job.vpp", v, f"pp · vpp = {p * v} must divide model.layers = {L}")
+
     def slowdown(self) -> np.ndarray:
         """[pp, pool] each (stage, pool rank)'s compute slow-down factor ≥ 1 (all ones without stragglers)."""
         return self.stragglers.factors(self.pp, self.pool, self.tp)
@@ -407,14 +496,43 @@ class JobSpec:
         """EDP: the stage's tp · pool GPUs / (ETP · EP), the ranks an expert's gradients are reduced over."""
         return self.tp * self.pool // (self.expert_tp * self.ep)
 
+    # ---- the pipeline split (:func:`pipeline_split`, computed once in __post_init__) ------------------------
     @property
-    def layers_per_stage(self) -> int:
-        return self.model.layers // self.pp
+    def split(self) -> tuple[tuple[int, ...], ...]:
+        """Transformer layers of chunk c of pipeline rank r, ``split[r][c]`` (virtual stage c·p + r)."""
+        return self._split  # type: ignore[attr-defined]
 
     @property
-    def layers_per_virtual_stage(self) -> int:
-        """Layers of one model chunk: layers / (pp · vpp) (= layers_per_stage at vpp = 1)."""
-        return self.model.layers // (self.pp * self.vpp)
+    def even_split(self) -> bool:
+        """Whether every virtual stage holds the same layers (layers / (pp · vpp) each)."""
+        first = self.split[0][0]
+        return all(n == first for row in self.split for n in row)
+
+    def stage_layers(self, stage: int) -> int:
+        """Transformer layers of pipeline rank ``stage``, all its model chunks."""
+        return sum(self.split[stage])
+
+    def chunk_layers(self, stage: int, chunk: int) -> int:
+        """Transformer layers of model chunk ``chunk`` of pipeline rank ``stage`` (virtual stage chunk·p + stage)."""
+        return self.split[stage][chunk]
+
+    def stage_first_layer(self, stage: int) -> int:
+        """The first layer of ``stage`` when each rank's layers are taken as one contiguous slice (the MoE layer
+        mix of a rank: cost_models.moe.stage_layers)."""
+        return sum(self.stage_layers(s) for s in range(stage))
+
+    @property
+    def max_chunk_layers(self) -> int:
+        """Layers of the largest model chunk."""
+        return max(max(row) for row in self.split)
+
+    def chunk_shares(self, stage: int) -> tuple[float, ...]:
+        """Each chunk's share of rank ``stage``'s layers (1/V each when the split is even or the rank has none):
+        the part of the rank's per-microbatch costs and activations a chunk's operation carries."""
+        row, n = self.split[stage], self.stage_layers(stage)
+        if self.even_split or n == 0:
+            return (1.0 / self.vpp,) * self.vpp
+        return tuple(c / n for c in row)
 
     @property
     def heads_per_rank(self) -> int:

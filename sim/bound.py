@@ -11,7 +11,8 @@ No valid plan of a batch, whatever policy made it, finishes an iteration of :fun
   its first operation the stage waits for the cheapest possible forwards of stages < s (fill); after its
   last one it needs its own gradient sync and optimizer step, or the cheapest backwards of stages < s and
   stage 0's sync (drain); interleaved with V model chunks per rank, fill and drain pass only chunk 0 of
-  those stages, 1/V of their compute (their transfers whole);
+  those stages, 1/V of their compute (their transfers whole), or chunk 0's share of its rank's layers under
+  an uneven split (JobSpec.chunk_shares);
 * **critical chain**: every sequence's group runs its forward through stages 0..p−1 and its backward back
   to 0, with the PP transfers between, then stage 0 syncs: the longest such chain over the sequences, each at
   its best degree and engine.
@@ -199,6 +200,8 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
     min_f = np.array([float(np.min(empty_f[s])) for s in range(p)])
     min_b = np.array([float(np.min(empty_b[s])) for s in range(p)])
 
+    even = bool(getattr(job, "even_split", True)) or V == 1 or p != job.pp
+    share0 = None if even else np.array([job.chunk_shares(s)[0] for s in range(p)])
     work, work_stage = 0.0, 0
     per_class: dict[int, float] = {}
     for s in range(p):
@@ -218,8 +221,13 @@ def iteration_bound(lengths: np.ndarray, cost_model: CostModel, *, num_stages: i
             per_class[rep[s]] = per_seq
         mean_busy = per_class[rep[s]] / W
         # interleaved (V chunks per rank): the fill and drain pass chunk 0 of stages < s, 1/V of their compute
-        fill = float(min_f[:s].sum() / V + sum(zero_xfer[:s]))
-        drain = max(float(sync[s]), float(min_b[:s].sum() / V + sum(zero_xfer[:s]) + sync[0]))
+        # (an uneven split: chunk 0's share; a share of the rank's compute with its ends is at most the chunk's)
+        if share0 is None:
+            fill_f, fill_b = min_f[:s].sum() / V, min_b[:s].sum() / V
+        else:
+            fill_f, fill_b = (min_f[:s] * share0[:s]).sum(), (min_b[:s] * share0[:s]).sum()
+        fill = float(fill_f + sum(zero_xfer[:s]))
+        drain = max(float(sync[s]), float(fill_b + sum(zero_xfer[:s]) + sync[0]))
         cand = fill + mean_busy + drain if len(L) else float(sync.max())
         if cand > work:
             work, work_stage = cand, s

@@ -12,13 +12,16 @@ argument), plus its exposed CP communication. After its last backward, each stag
 rank (the DP wait), then runs the gradient sync and the optimizer step; the iteration ends when every stage is
 done.
 
-Interleaving (V > 1): virtual stage k = c·p + r is chunk c of rank r and holds layers / (p·V) layers. It is
-priced as 1/V of rank r's physical stage (``group_costs(groups, r)``) without the pipeline's ends, plus the
+Interleaving (V > 1): virtual stage k = c·p + r is chunk c of rank r and holds ``job.chunk_layers(r, c)`` layers
+(layers / (p·V) unless Megatron's split is uneven: cost_models.specs.pipeline_split). It is priced as its share
+of rank r's physical stage (``group_costs(groups, r)``) without the pipeline's ends, ``job.chunk_shares(r)``
+(1/V for an even split, else its layers over the rank's), plus the
 input embedding on virtual stage 0 and the LM head and loss on virtual stage p·V − 1 (the cost model's
 ``ends_s`` when it has one; a model without it has no ends), so a rank's chunks add up to its physical stage.
 Transfers run between consecutive virtual stages, r → r + 1 priced by ``pp_transfer_s(·, r, ·)``; the wrap-around
 p − 1 → 0 by the largest of those (the ranks' stages lie in order on the nodes, so that pair crosses a node
-boundary exactly when some adjacent pair does). Fixed per-microbatch overheads are split over the chunks too.
+boundary exactly when some adjacent pair does). Fixed per-microbatch overheads are split over the chunks too,
+by the same shares.
 
 Event order: simpy's queue orders events by the key (time, priority, event id); every event here has the
 normal priority, so events at the same time fire in the order they were scheduled. Operations that become
@@ -89,7 +92,9 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
                 sent = np.broadcast_to(cost_model.pp_transfer_s(member_tpr, s, fp.member_rank), member_tpr.shape)
                 xfer[s] = np.maximum.reduceat(sent, member_start)
     if vpp > 1:
-        compute, comm, tp, ep, xfer = _virtual_costs(cost_model, tpr, vpp, compute, comm, tp, ep, xfer)
+        job = cost_model.job
+        shares = None if job_even(cost_model) or p != job.pp else np.array([job.chunk_shares(r) for r in range(p)])
+        compute, comm, tp, ep, xfer = _virtual_costs(cost_model, tpr, vpp, compute, comm, tp, ep, xfer, shares)
     job = cost_model.job
     if slowdown or job.stragglers:
         # [p, W] each slot's factor: the job's stragglers (cost_models.stragglers), and ``slowdown`` (pool rank →
@@ -106,11 +111,18 @@ def _op_costs(fp: FlatPlan, cost_model: CostModel, p: int, slowdown: Mapping[int
     return compute, comm, xfer, tp, ep
 
 
+def job_even(cost_model: CostModel) -> bool:
+    """Whether the cost model's job splits its layers evenly over the virtual stages (a job without the
+    attribute: yes)."""
+    return bool(getattr(cost_model.job, "even_split", True))
+
+
 def _virtual_costs(cost_model: CostModel, tpr: np.ndarray, vpp: int, compute: np.ndarray, comm: np.ndarray,
-                   tp: np.ndarray, ep: np.ndarray, xfer: np.ndarray):
+                   tp: np.ndarray, ep: np.ndarray, xfer: np.ndarray, shares: np.ndarray | None = None):
     """The per-stage costs [p, G, …] split into the p·V virtual stages k = c·p + r (module docstring): each is
-    1/V of stage r's costs without the pipeline's ends, the embedding added on k = 0 and the LM head on
-    k = p·V − 1; the transfer after k is stage r's, the wrap-around r = p − 1 → 0 the largest of them."""
+    ``shares[r, c]`` (None: 1/V) of stage r's costs without the pipeline's ends, the embedding added on k = 0
+    and the LM head on k = p·V − 1; the transfer after k is stage r's, the wrap-around r = p − 1 → 0 the
+    largest of them."""
     p, G = compute.shape[0], compute.shape[1]
     ends_c, ends_t = np.zeros((p, G, 2)), np.zeros((p, G, 2))
     ends_s = getattr(cost_model, "ends_s", None)  # the analytic model's; a model without it has no ends
@@ -120,7 +132,10 @@ def _virtual_costs(cost_model: CostModel, tpr: np.ndarray, vpp: int, compute: np
 
     def split(per_stage: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
         body = per_stage if ends is None else per_stage - ends
-        out = np.tile(body / vpp, (vpp, 1, 1))
+        if shares is None:
+            out = np.tile(body / vpp, (vpp, 1, 1))
+        else:  # [V·p, G, 2]: virtual stage c·p + r is shares[r, c] of rank r's body
+            out = (shares.T[:, :, None, None] * body[None]).reshape(vpp * p, *body.shape[1:])
         if ends is not None:
             out[0] += ends[0]
             out[-1] += ends[-1]

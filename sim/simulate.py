@@ -95,24 +95,27 @@ def largest_microbatch_tokens(fp: FlatPlan) -> tuple[np.ndarray, np.ndarray]:
     return largest, cp
 
 
-def peak_tokens_in_flight(fp: FlatPlan, p: int, vpp: int = 1) -> np.ndarray:
+def peak_tokens_in_flight(fp: FlatPlan, p: int, vpp: int = 1, shares: np.ndarray | None = None) -> np.ndarray:
     """[p, W] largest sum of tokens of microbatches whose activations a rank holds at once, in its 1F1B order
-    (policies.pipeline_order). With V > 1 a chunk's forward holds 1/V of the stage's layers, so it counts
-    tokens / V: the interleaved warm-up's 2(p − r − 1) + (V − 1)·N chunk forwards weigh what they hold."""
+    (policies.pipeline_order), in whole-stage equivalents. With V > 1 a chunk's forward holds its share of the
+    stage's layers, ``shares[s, c]`` (None: 1/V, an even split; JobSpec.chunk_shares), so it counts tokens times
+    that share: the interleaved warm-up's 2(p − r − 1) + (V − 1)·N chunk forwards weigh what they hold."""
     W, m = fp.pool, fp.num_microbatches
     out = np.zeros((p, W))
     if fp.num_groups == 0:
         return out
-    tpr = fp.groups.tokens_per_rank()[fp.member_group]
-    if vpp > 1:
-        tpr = tpr / vpp
+    tok = fp.groups.tokens_per_rank()[fp.member_group]
+    tpr = tok / vpp if vpp > 1 else tok
     mb = np.tile(fp.group_mb[fp.member_group], 2 * vpp)
     phase = np.tile(np.repeat(np.array([0, 1]), len(tpr)), vpp)
     chunk = np.repeat(np.arange(vpp), 2 * len(tpr))
     for s in range(p):
         pos = rank_position(s, p, m, vpp, phase, mb, chunk)
         rank = np.tile(fp.member_rank, 2 * vpp)
-        delta = np.tile(np.concatenate([tpr, -tpr]), vpp)
+        if shares is None or vpp == 1:
+            delta = np.tile(np.concatenate([tpr, -tpr]), vpp)
+        else:
+            delta = np.concatenate([np.concatenate([tok * a, -tok * a]) for a in shares[s]])
         idx = np.lexsort((pos, rank))
         rank, delta = rank[idx], delta[idx]
         csum = np.cumsum(delta)
@@ -138,7 +141,8 @@ def simulate_plan(plan: Plan, batch: GlobalBatch, cost_model: CostModel, *, num_
     fp = flatten(plan, batch)
     ot = execute(fp, cost_model, p, slowdown)
     tl = build_timeline(fp, ot)
-    peak_tok = peak_tokens_in_flight(fp, p, job.vpp)
+    shares = None if job.even_split or p != job.pp else np.array([job.chunk_shares(s) for s in range(p)])
+    peak_tok = peak_tokens_in_flight(fp, p, job.vpp, shares)
     largest, cp_largest = largest_microbatch_tokens(fp)
     peak_gb = max(float(np.max(cost_model.peak_memory_gb(peak_tok[s], s, largest, cp_largest))) for s in range(p))
     lengths = np.asarray(batch.lengths)

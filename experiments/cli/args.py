@@ -39,6 +39,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vpp", type=positive_int, metavar="V",
                    help=f"virtual stages per pipeline rank: V > 1 runs Megatron's interleaved 1F1B "
                         f"(--num-virtual-stages-per-pipeline-rank; pp · V must divide the layers; default {d.vpp})")
+    add_split_arguments(g)
     g.add_argument("--pool", type=positive_int, help=f"ranks per stage, W = DP x CP (default {d.pool})")
     g.add_argument("--context-len", type=positive_int,
                    help=f"context length in tokens; longer documents are cut (default {d.context_len})")
@@ -109,6 +110,23 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
+def add_split_arguments(g) -> None:
+    """Megatron-Core's uneven pipeline split, with Megatron's spelling (cost_models.specs.pipeline_split)."""
+    g.add_argument("--account-for-embedding-in-pipeline-split", action="store_true", default=None,
+                   help="the embedding counts as one layer of the first virtual stage, which builds one transformer "
+                        "layer fewer; pp · V must then divide layers + 1 (+ 1 more with the loss; default off)")
+    g.add_argument("--account-for-loss-in-pipeline-split", action="store_true", default=None,
+                   help="the loss counts as one layer of the last virtual stage, which builds one transformer layer "
+                        "fewer (default off)")
+    g.add_argument("--decoder-first-pipeline-num-layers", type=positive_int, metavar="N",
+                   dest="num_layers_in_first_pipeline_stage",
+                   help="transformer layers of the first pipeline stage, the rest split evenly over the others "
+                        "(Megatron-LM's flag; default: an even split)")
+    g.add_argument("--decoder-last-pipeline-num-layers", type=positive_int, metavar="N",
+                   dest="num_layers_in_last_pipeline_stage",
+                   help="transformer layers of the last pipeline stage (Megatron-LM's flag; default: an even split)")
+
+
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     base = DEFAULT_SCENARIO
     if getattr(args, "scenario", None):
@@ -121,7 +139,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                                 "attention_backend", "ep", "etp", "moe_dispatcher",
                                 "moe_recompute", "global_batch_seqs", "slow_ranks", "stragglers", "recompute",
                                 "recompute_method", "overlap_grad_reduce", "overlap_param_gather",
-                                "grad_reduce_in_fp32")}
+                                "grad_reduce_in_fp32", "account_for_embedding_in_pipeline_split",
+                                "account_for_loss_in_pipeline_split", "num_layers_in_first_pipeline_stage",
+                                "num_layers_in_last_pipeline_stage")}
     changes["recompute_layers"] = getattr(args, "recompute_num_layers", None)
     changes["max_tokens_per_rank"] = getattr(args, "max_seqlen_per_rank", None)
     if getattr(args, "gpu", None):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from dcpsim.experiments.cli.args import positive_int
+from dcpsim.experiments.cli.args import add_split_arguments, positive_int
 from dcpsim.experiments.output.write import dumps_json
 
 NAME = "cost"
@@ -71,6 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     mem.add_argument("--pool", type=positive_int, help="DP x CP ranks per stage (default --cp)")
     mem.add_argument("--grad-reduce-in-fp32", action=argparse.BooleanOptionalAction, default=True,
                      help="fp32 gradient buffers (default on, as Megatron-LM with --bf16)")
+    add_split_arguments(mem)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
@@ -131,6 +132,12 @@ def _print_memory(args: argparse.Namespace, format_table) -> int:
     print(f"per GPU, GB: {args.model} on {args.gpu}, TP{args.tp} PP{args.pp} VP{args.vpp} pool "
           f"{args.pool or args.cp}{_moe_layout(args)}, {args.seq_len:,} tokens per microbatch over CP{args.cp}, "
           f"recompute {args.recompute} (step copy: not alive with the activations; total counts the larger)")
-    rows = [[str(p["stage"])] + [f"{p[c]:.2f}" for c in cols] for p in parts]
-    print(format_table(rows, ["stage"] + [c[:-3] for c in cols]))
+    rows = [[str(p["stage"]), _layers(p)] + [f"{p[c]:.2f}" for c in cols] for p in parts]
+    print(format_table(rows, ["stage", "layers"] + [c[:-3] for c in cols]))
     return 0
+
+
+def _layers(part: dict) -> str:
+    """A stage's transformer layers, with its model chunks' when it has several: '15 = 1+2+2+…'."""
+    chunks = part["chunk_layers"]
+    return str(part["layers"]) if len(chunks) == 1 else f"{part['layers']} = {'+'.join(map(str, chunks))}"

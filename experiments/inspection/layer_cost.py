@@ -166,6 +166,10 @@ class MemoryQuery:
     grad_reduce_in_fp32: bool = True
     ep: int = 1  # expert-parallel degree (a MoE model's routed experts sharded over ETP · EP GPUs)
     etp: int | None = None  # expert-tensor-parallel degree (None: = tp, Megatron-LM's default)
+    account_for_embedding_in_pipeline_split: bool | None = None  # None: off (the flag's argparse default)
+    account_for_loss_in_pipeline_split: bool | None = None
+    num_layers_in_first_pipeline_stage: int | None = None
+    num_layers_in_last_pipeline_stage: int | None = None
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> MemoryQuery:
@@ -173,10 +177,16 @@ class MemoryQuery:
 
 
 def memory(query: MemoryQuery) -> list[dict]:
-    """Per stage, one GPU's memory (cost_models.memory.memory_breakdown) of the whole ``query.model``."""
+    """Per stage, one GPU's memory (cost_models.memory.memory_breakdown) of the whole ``query.model``, with the
+    stage's transformer layers (``layers``) and those of each of its model chunks (``chunk_layers``)."""
     if not query.model:
         raise ScenarioError("--memory needs --model PRESET (the whole model's parameters)")
     job = JobSpec(model=get_model(query.model), gpu=resolve_gpu(query.gpu), tp=query.tp, pp=query.pp,
                   vpp=query.vpp, pool=query.pool or query.cp, context_len=query.seq_len, recompute=query.recompute,
-                  grad_reduce_in_fp32=query.grad_reduce_in_fp32, ep=query.ep, etp=query.etp)
-    return [memory_breakdown(job, s, query.seq_len / query.cp, cp=query.cp > 1).to_dict() for s in range(job.pp)]
+                  grad_reduce_in_fp32=query.grad_reduce_in_fp32, ep=query.ep, etp=query.etp,
+                  account_for_embedding_in_pipeline_split=bool(query.account_for_embedding_in_pipeline_split),
+                  account_for_loss_in_pipeline_split=bool(query.account_for_loss_in_pipeline_split),
+                  num_layers_in_first_pipeline_stage=query.num_layers_in_first_pipeline_stage,
+                  num_layers_in_last_pipeline_stage=query.num_layers_in_last_pipeline_stage)
+    return [{**memory_breakdown(job, s, query.seq_len / query.cp, cp=query.cp > 1).to_dict(),
+             "layers": job.stage_layers(s), "chunk_layers": list(job.split[s])} for s in range(job.pp)]

@@ -33,6 +33,12 @@ class Scenario:
     tp: int = 1
     pp: int = 4
     vpp: int = 1  # virtual stages per pipeline rank (V > 1: interleaved 1F1B, policies.pipeline_order)
+    # Megatron-Core's uneven pipeline split (cost_models.specs.pipeline_split): the embedding / the loss count as
+    # one layer each; or the first / last pipeline stage's transformer layers (0: unset, an even split)
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    num_layers_in_first_pipeline_stage: int = 0
+    num_layers_in_last_pipeline_stage: int = 0
     pool: int = 16
     context_len: int = 262144
     global_batch_tokens: int = 4 * 1024 * 1024
@@ -100,7 +106,11 @@ class Scenario:
                        stragglers=self.straggler_spec(), recompute=self.recompute,
                        recompute_method=self.recompute_method, recompute_layers=self.recompute_layers or None,
                        overlap_grad_reduce=self.overlap_grad_reduce, overlap_param_gather=self.overlap_param_gather,
-                       grad_reduce_in_fp32=self.grad_reduce_in_fp32)
+                       grad_reduce_in_fp32=self.grad_reduce_in_fp32,
+                       account_for_embedding_in_pipeline_split=self.account_for_embedding_in_pipeline_split,
+                       account_for_loss_in_pipeline_split=self.account_for_loss_in_pipeline_split,
+                       num_layers_in_first_pipeline_stage=self.num_layers_in_first_pipeline_stage or None,
+                       num_layers_in_last_pipeline_stage=self.num_layers_in_last_pipeline_stage or None)
 
     def straggler_spec(self) -> Stragglers:
         """The stragglers named by ``slow_ranks`` and ``stragglers`` (cost_models.stragglers)."""
@@ -134,6 +144,9 @@ class Scenario:
 
 
 DEFAULT_SCENARIO = Scenario()
-# Megatron training-step settings (cost_models.recompute, dp_overlap) and MoE layout settings (cost_models.moe)
+# Megatron training-step settings (cost_models.recompute, dp_overlap), MoE layout settings (cost_models.moe) and
+# the pipeline split (cost_models.specs.pipeline_split): left out of outputs at their defaults
 STEP_FIELDS = ("recompute", "recompute_method", "recompute_layers", "overlap_grad_reduce", "overlap_param_gather",
-               "grad_reduce_in_fp32", "etp", "moe_dispatcher")
+               "grad_reduce_in_fp32", "etp", "moe_dispatcher", "account_for_embedding_in_pipeline_split",
+               "account_for_loss_in_pipeline_split", "num_layers_in_first_pipeline_stage",
+               "num_layers_in_last_pipeline_stage")

@@ -33,7 +33,8 @@ FIELD_BOUNDS: dict[str, dict[str, float]] = {
     "tp": {"ge": 1}, "pp": {"ge": 1}, "pool": {"ge": 1}, "context_len": {"ge": 1},
     "global_batch_tokens": {"ge": 1}, "iterations": {"ge": 1}, "seed": {"ge": 0}, "max_tokens_per_rank": {"ge": 1},
     "memory_reserve_gb": {"ge": 0.0}, "tp_comm_overlap": {"ge": 0.0, "le": 1.0}, "ep": {"ge": 1}, "etp": {"ge": 0},
-    "global_batch_seqs": {"ge": 0}, "recompute_layers": {"ge": 0},
+    "global_batch_seqs": {"ge": 0}, "recompute_layers": {"ge": 0}, "num_layers_in_first_pipeline_stage": {"ge": 0},
+    "num_layers_in_last_pipeline_stage": {"ge": 0},
 }
 
 

@@ -28,7 +28,8 @@ CASES = [
              "number ≥ 0 and ≤ 1"),
     scenario("pool_string.toml", 'pool = "16"\n', "pool = '16' is invalid: expected an integer ≥ 1"),
     scenario("pool_float.toml", "pool = 16.0\n", "pool = 16.0 is invalid"),
-    scenario("typo.toml", "pol = 16\n", "unknown key 'pol'; valid keys: attention_backend, calibration"),
+    scenario("typo.toml", "pol = 16\n", "unknown key 'pol'; valid keys: account_for_embedding_in_pipeline_split, "
+             "account_for_loss_in_pipeline_split, attention_backend, calibration"),
     scenario("policies_string.toml", 'policies = "hydra"\n', "'policies' must be a list of policy names"),
     scenario("option_int64.toml", 'policies = ["static-cp:cp_degree=99999999999999999999"]\n', INT64),
     scenario("gpu_table_nan.toml", '[gpu]\nbase = "h200"\nhbm_gb = nan\n', "[gpu]: gpu.hbm_gb = nan is invalid"),

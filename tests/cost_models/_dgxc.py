@@ -8,7 +8,11 @@ the source enables it. What the tables do not state, from NeMo's recipes (nemo/c
 * the distributed optimizer with ``overlap_grad_reduce`` and ``overlap_param_gather`` on (the recipes'
   ``DistributedDataParallelConfig``);
 * bf16 gradient buffers (``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` in the performance
-  optimizations of e.g. gpt3_175b.py, mixtral_8x7b.py, grok1 314b: assumed for every row).
+  optimizations of e.g. gpt3_175b.py, mixtral_8x7b.py, grok1 314b: assumed for every row);
+* Llama 3.1 405B's uneven pipeline split: the recipe's ``trainer()`` passes
+  ``account_for_embedding_in_pipeline_split = True`` and ``account_for_loss_in_pipeline_split = True`` to
+  ``MegatronStrategy`` (NVIDIA/NeMo nemo/collections/llm/recipes/llama31_405b.py at v2.2.1, the flags added by
+  #12039), so its 126 layers run at PP 8 × VP 8 as 2 per virtual stage, the first and the last 1 (``SPLIT``).
 
 Models: the presets where dcpsim has them; the others from their published configurations (below). Rows
 that cannot run as published are left out, with the reason (``SKIPPED``).
@@ -30,14 +34,11 @@ TP_OVERLAP_HIDDEN = 1.0  # TransformerEngine userbuffers: TP collectives hidden 
 MODELS: dict[str, ModelSpec] = {
     "llama3-8b": get_model("llama3-8b"),
     "llama3-70b": get_model("llama3-70b"),
-    # Llama 3.1 405B cut to 8 layers (dgxc's 405b-Proxy); and at 128 layers, as PP 8 × VP 8 needs (NeMo runs 126
-    # with the first and last stages one layer short).
+    "llama3.1-405b": get_model("llama3.1-405b"),  # 126 layers, run with NeMo's split (SPLIT)
+    # Llama 3.1 405B cut to 8 layers (dgxc's 405b-Proxy).
     "models/llama31_405b_proxy8L.toml": ModelSpec("llama3.1-405b-8L", hidden=16384, ffn=53248, layers=8, heads=128,
                                                   kv_heads=8, head_dim=128, vocab=128256,
                                                   source="Llama-3.1-405B config.json, 8 layers (dgxc 405b-Proxy)"),
-    "models/llama31_405b_128L.toml": ModelSpec("llama3.1-405b-128L", hidden=16384, ffn=53248, layers=128, heads=128,
-                                               kv_heads=8, head_dim=128, vocab=128256,
-                                               source="Llama-3.1-405B config.json, 128 layers"),
     # GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads of 128); GELU MLP of 4h, biases,
     # tied embeddings; vocabulary 50257 padded to 50688 (NeMo: a multiple of 128 · TP 4).
     "models/nemo_gpt3_175b.toml": ModelSpec("gpt3-175b", hidden=12288, ffn=49152, layers=96, heads=96, kv_heads=96,
@@ -61,6 +62,11 @@ MODELS: dict[str, ModelSpec] = {
                                         head_dim=128, vocab=128512, experts=8, experts_per_token=2,
                                         expert_ffn=32768, source="dgxc-benchmarking grok1/grok1_314b.yaml"),
 }
+# NeMo's llama31_405b recipe: the embedding and the loss each count as one layer of the pipeline split (module
+# docstring); at PP 1 (the 8-layer proxy) they change nothing.
+_NEMO_405B_SPLIT = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+SPLIT: dict[str, dict] = {"llama3.1-405b": _NEMO_405B_SPLIT,
+                          "models/llama31_405b_proxy8L.toml": _NEMO_405B_SPLIT}
 SKIPPED = {
     "D8": "GB200 row (the fitting target is H100)",
 }
@@ -89,7 +95,8 @@ class Row:
                       "pool": self.dp * self.cp, "vpp": self.vp, "ep": self.ep, "context_len": self.seq_len * self.mbs,
                       "global_batch_tokens": self.gbs * self.seq_len,
                       "tp_comm_overlap": TP_OVERLAP_HIDDEN if self.tp_overlap else 0.0,
-                      "grad_reduce_in_fp32": False, "overlap_grad_reduce": True, "overlap_param_gather": True}
+                      "grad_reduce_in_fp32": False, "overlap_grad_reduce": True, "overlap_param_gather": True,
+                      **SPLIT.get(self.model, {})}
         fields.update(changes)
         return JobSpec(**fields)
 
@@ -127,7 +134,7 @@ def simulated_tokens_per_s_per_gpu(row: Row, terms: CostTerms | None = None, **c
 
 
 def log_errors(calibration, ids: tuple[str, ...] | None = None) -> dict[str, float]:
-    """log(simulated / published tokens/s/GPU) per row with ``calibration`` (D6 at its given tokens per rank)."""
+    """log(simulated / published tokens/s/GPU) per row with ``calibration``, each row at the budget it derives."""
     from dcpsim.policies import create_policy
     from dcpsim.sim.simulate import simulate_plan
     from dcpsim.traces.batching import GlobalBatch
@@ -136,7 +143,7 @@ def log_errors(calibration, ids: tuple[str, ...] | None = None) -> dict[str, flo
     for r in rows():
         if ids is not None and r.id not in ids:
             continue
-        job = r.job(**({"max_tokens_per_rank": r.tokens_per_rank} if r.id == "D6" else {}))
+        job = r.job()
         cm = AnalyticCostModel(job, calibration)
         n = r.gbs * r.mbs
         batch = GlobalBatch(seq_ids=np.arange(n), lengths=np.full(n, r.seq_len), step=0)

@@ -36,7 +36,7 @@ def test_doubling_length_quadruples_attention_and_doubles_linear():
     m = job.model
     for c in (1, 4):
         a1, a2 = (cm.group_costs(one_group(L, c)) for L in (16384, 32768))
-        lin = lambda L, c=c: L / c * linear_fwd_flops_per_token(m) * job.layers_per_stage / (flat.gemm.peak_tflops *
+        lin = lambda L, c=c: L / c * linear_fwd_flops_per_token(m) * job.stage_layers(0) / (flat.gemm.peak_tflops *
         1e12)
         att1 = a1.fwd_compute_s[0] - lin(16384)
         att2 = a2.fwd_compute_s[0] - lin(32768)
@@ -53,7 +53,7 @@ def test_short_blocks_run_less_efficiently():
     shorts = cm.group_costs(GroupBatch(np.full(16, 512), np.zeros(16, dtype=np.int64), np.array([1]),
                                        np.array([1]), np.array([0]))).fwd_compute_s[0]
     longs = cm.group_costs(one_group(8192)).fwd_compute_s[0]
-    lin = cm.cal.gemm.seconds(8192 * linear_fwd_flops_per_token(cm.job.model) * cm.job.layers_per_stage, 8192)
+    lin = cm.cal.gemm.seconds(8192 * linear_fwd_flops_per_token(cm.job.model) * cm.job.stage_layers(0), 8192)
     assert (shorts - lin) / (longs - lin) > 1 / 16 * 1.5
 
 
@@ -114,7 +114,7 @@ def test_layer_overhead_adds_layers_times_overhead_to_compute_only():
     base = AnalyticCostModel(job, cal).group_costs(groups)
     extra = replace(cal, layer_overhead_fwd_s=3e-4, layer_overhead_bwd_s=7e-4)
     more = AnalyticCostModel(job, extra).group_costs(groups)
-    nl = job.layers_per_stage
+    nl = job.stage_layers(0)
     np.testing.assert_allclose(more.fwd_compute_s - base.fwd_compute_s, nl * 3e-4, rtol=1e-12)
     np.testing.assert_allclose(more.bwd_compute_s - base.bwd_compute_s, nl * 7e-4, rtol=1e-12)
     np.testing.assert_array_equal(more.fwd_comm_s, base.fwd_comm_s)

@@ -92,7 +92,7 @@ def test_the_term_switches_between_shapes_and_the_token_curve():
     want_f, want_b = gemm.stage_s(j, T, 0, shapes.cal.gemm.peak_tflops)
     assert (f.tolist(), b.tolist()) == (want_f.tolist(), want_b.tolist())
     cf, cb = curve._linear_s(T)
-    flops = T * linear_fwd_flops_per_token(j.model) * j.layers_per_stage
+    flops = T * linear_fwd_flops_per_token(j.model) * j.stage_layers(0)
     assert cf[0] == pytest.approx(curve.cal.gemm.seconds(flops, T)[0], rel=1e-12) and cb[0] == 2 * cf[0]
 
 

@@ -63,7 +63,7 @@ def test_selective_adds_the_attention_forward():
     m = AnalyticCostModel(job())
     attn = m.attention_curves()[0]
     from dcpsim.cost_models.flops import attention_fwd_flops
-    flops = float(attention_fwd_flops(np.array([8192.0]), m.job.model)[0]) / 2 / 2 * m.job.layers_per_stage
+    flops = float(attention_fwd_flops(np.array([8192.0]), m.job.model)[0]) / 2 / 2 * m.job.stage_layers(0)
     assert free_linear == pytest.approx(float(attn.seconds_clamped(np.array([flops]), np.array([4096.0]))[0]),
                                         rel=1e-12)
 

@@ -60,8 +60,8 @@ def test_example_matches_the_analytic_model(capsys):
     from dcpsim.cost_models import gemm
 
     lin_f, lin_b = gemm.stage_s(job, np.array([32768.0]), 0, cal.gemm.peak_tflops)
-    assert (r["linear_fwd_s"], r["linear_bwd_s"]) == pytest.approx((lin_f[0] / job.layers_per_stage,
-                                                                    lin_b[0] / job.layers_per_stage))
+    assert (r["linear_fwd_s"], r["linear_bwd_s"]) == pytest.approx((lin_f[0] / job.stage_layers(0),
+                                                                    lin_b[0] / job.stage_layers(0)))
     assert 2 * r["linear_fwd_s"] < r["linear_bwd_s"] < 2.05 * r["linear_fwd_s"]
 
 
@@ -176,3 +176,36 @@ def test_attention_backends_are_priced_by_their_own_curves(capsys):
         AnalyticCostModel(job, published_calibration(job.gpu)).group_costs(one_group(4096))
     off = AnalyticCostModel(job, terms=CostTerms.parse("all,-attention_backend"))
     assert off.attention_curves()[0] == default_calibration(job.gpu).attn_fwd
+
+
+def test_memory_lists_each_stages_layers_under_megatrons_split(capsys):
+    """``--memory`` with Megatron's spelling of the uneven split: Llama 3.1 405B at PP 8 × VP 8 with the embedding
+    and the loss counted (dgxc D6) lists 15 = 1+2+…, 16 = 2+…, 15 = …+1 layers; a layout Megatron refuses is one
+    line naming the field."""
+    args = ["cost", "--model", "llama3.1-405b", "--tp", "8", "--pp", "8", "--vpp", "8", "--cp", "2", "--pool", "8",
+            "--seq-len", "8192", "--memory", "--no-grad-reduce-in-fp32"]
+    flags = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    parts = run_json(capsys, args + flags + ["--json"])
+    assert [p["layers"] for p in parts] == [15] + [16] * 6 + [15]
+    assert parts[0]["chunk_layers"] == [1] + [2] * 7 and parts[7]["chunk_layers"] == [2] * 7 + [1]
+    assert max(p["total_gb"] for p in parts) < 80
+    assert main(args + flags) == 0
+    table = capsys.readouterr().out
+    assert "15 = 1+2+2+2+2+2+2+2" in table and "15 = 2+2+2+2+2+2+2+1" in table
+    assert main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "dcpsim cost: error: job.pp = 8 is invalid: must divide model.layers = 126"]
+
+
+def test_split_flags_reach_the_job_from_the_cli_and_scenario():
+    from dcpsim.experiments.cli.args import scenario_from_args
+    from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO
+
+    ns = type("A", (), {"model": "llama3.1-405b", "tp": 8, "pp": 8, "vpp": 8, "pool": 8,
+                        "account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True})()
+    sc = scenario_from_args(ns)
+    assert sc.job().split[0] == (1,) + (2,) * 7 and sc.job().split[7] == (2,) * 7 + (1,)
+    assert sc.to_dict()["account_for_embedding_in_pipeline_split"] is True
+    assert "account_for_embedding_in_pipeline_split" not in DEFAULT_SCENARIO.to_dict()
+    ns2 = type("A", (), {"pp": 4, "num_layers_in_first_pipeline_stage": 2})()
+    assert scenario_from_args(ns2).job().split == ((2,), (10,), (10,), (10,))

@@ -35,7 +35,7 @@ def test_extra_ring_steps_enter_the_rank_work():
     L = np.array([32768, 32768, 65536])
     grid = build_grid(L, allowed_degrees(8, "pow2", 1, "ring", j), "ring", j, cm, 65536)
     tm = build_target_model(grid)
-    cal, nl = cm.cal, j.layers_per_stage
+    cal, nl = cm.cal, j.stage_layers(0)
     k8 = list(grid.degrees).index(8)
     step = nl * 7 * (cal.ring_step_overhead_fwd_s + cal.ring_step_overhead_bwd_s)
     no_fixed = AnalyticCostModel(j, terms=CostTerms.legacy())

@@ -262,8 +262,8 @@ def test_job_vpp_is_validated(kw, msg):
 
 def test_vpp_layer_split():
     job = small_job(pp=4, vpp=2)
-    assert (job.layers_per_stage, job.layers_per_virtual_stage) == (8, 4)
-    assert small_job(pp=4).layers_per_virtual_stage == 8
+    assert (job.stage_layers(0), job.split[0][0]) == (8, 4)
+    assert small_job(pp=4).split[0][0] == 8
 
 
 def test_vpp_reaches_the_job_from_the_scenario_and_the_cli(capsys):
