@@ -73,8 +73,12 @@ def run(args: argparse.Namespace) -> int:
         bar = bars.setdefault(total, Progress("sweep", total, enabled=not args.no_progress))
         bar(done)
 
-    def log(msg: str) -> None:
-        print(f"dcpsim sweep: {msg}", file=sys.stderr, flush=True)
+    def log(msg: str) -> None:   # above the bar while one is drawn (a per-point error), never into it
+        bar = next(iter(bars.values()), None)
+        if bar is not None:
+            bar.write(f"dcpsim sweep: {msg}")
+        else:
+            print(f"dcpsim sweep: {msg}", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
     try:
