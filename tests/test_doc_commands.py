@@ -184,13 +184,13 @@ FILES_FOR = {
 }
 
 # Runs that take minutes as written: what runs instead, and why.
-FIGS = ("all eight figures take ~40 s (--quick alone ~30 s); one on the small grid checks the command line "
-        "(tests/experiments/test_figures.py checks the figures)")
+FIGS = ("all eight figures take 1-2 min (three seeds per comparison; --quick alone ~40 s); one on the small "
+        "grid checks the command line (tests/experiments/test_figures.py checks the figures)")
 SUBSTITUTE = {
     "dcpsim figures -o figures": ("dcpsim figures --quick --only a -o figures", FIGS),
     "dcpsim figures -o figs/": ("dcpsim figures --quick --only a -o figs/", FIGS),
-    "dcpsim figures -o figs": ("dcpsim figures --quick --only a -o figs", FIGS),
     "time dcpsim figures -o figs": ("time dcpsim figures --quick --only a -o figs", FIGS),
+    "dcpsim figures --quick -o figs": ("dcpsim figures --quick --only a -o figs", FIGS),
     "dcpsim figures --scenario my.toml -o figs": ("dcpsim figures --scenario my.toml --quick --only a -o figs",
                                                   FIGS),
     "dcpsim figures --policies mcore-dcp,mcore-dcp:cp_engine=hybrid,hydra -o figs": (

@@ -11,10 +11,12 @@ Figures (see docs/experiments.md):
   h  throughput against straggler severity (one slow rank; random stragglers), per policy
 
 Without --scenario each figure uses its shipped scenarios (experiments/scenarios); with --scenario (repeatable)
-every figure uses those, the first as its base. One iteration per point. Progress lines go to stderr.
+every figure uses those, the first as its base. One iteration per point; the policy comparisons (a, b, f, g, h)
+run each point on three trace seeds (--quick: two) and draw the mean with the min-max spread. Progress lines
+go to stderr.
 
 Examples:
-  dcpsim figures -o figs                        # every figure, shipped scenarios (about 40 s on 2 cores)
+  dcpsim figures -o figs                        # every figure, shipped scenarios (1-2 minutes on 2 cores)
   dcpsim figures --only a,e --quick -o figs     # two figures on smaller grids
   dcpsim figures --scenario my.toml -o figs     # every figure on my scenario
 """
