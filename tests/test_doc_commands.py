@@ -196,6 +196,8 @@ SUBSTITUTE = {
     "dcpsim figures --policies mcore-dcp,mcore-dcp:cp_engine=hybrid,hydra -o figs": (
         "dcpsim figures --policies mcore-dcp,mcore-dcp:cp_engine=hybrid,hydra --quick --only a,b -o figs",
         FIGS),
+    "dcpsim compare --global-batch-seqs 200000": ("dcpsim compare --global-batch-seqs 20000",
+                                                  "the long-run example runs about 9 min as written"),
     "dcpsim figures --only h": ("dcpsim figures --only h --quick", "figure h's full grid"),
     "python experiments/bench/scheduler.py": ("python experiments/bench/scheduler.py --quick",
                                               "the default grid runs to n = 32768, W = 4096: minutes"),

@@ -121,9 +121,15 @@ class FigureContext:
         sc = sc.with_(iterations=1)
         key = (scenario_key(sc), spec.label)
         if key not in self._cache:
+            from dcpsim.experiments.runtime_estimate import long_run_warning
+
             t0 = time.perf_counter()
             try:
-                pr = run_policy(spec, sc.batches(), sc.cost_model(), sc.policy_options, bound_cache=self._bounds)
+                batches = sc.batches()
+                message = long_run_warning([len(b.lengths) for b in batches], [spec.label], f"{sc.name} {spec.label}")
+                if message:
+                    self.log(message)
+                pr = run_policy(spec, batches, sc.cost_model(), sc.policy_options, bound_cache=self._bounds)
                 self._cache[key] = pr.iterations[0]
                 self.log(f"  {sc.name} {spec.label}: {time.perf_counter() - t0:.1f}s")
             except Exception as e:  # noqa: BLE001 — a failed point is a gap in the figure, not a failed command

@@ -94,6 +94,9 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, workers: int = 1, retry_errors:
     where = f"Ray ({address or f'local, {workers} CPUs'})" if backend == "ray" else f"{workers} worker(s)"
     say(f"{sweep.num_points} points x {len(sweep.policies)} policies = {len(tasks)} tasks; {reused} stored, "
         f"{len(todo)} to run on {where}; code {tasks[0].code if tasks else code_version()}")
+    long_run = sweep_warning(todo, workers)
+    if long_run:
+        say(long_run)
     write_text(out_dir / "sweep.json", json.dumps(
         {"source": sweep.source, "base": sweep.base.name, "grid": sweep.grid, "set": sweep.fixed,
          "policies": list(sweep.policies), "seeds": list(sweep.seeds), "points": sweep.num_points,
@@ -131,6 +134,28 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, workers: int = 1, retry_errors:
                             "written; rerun the same command (the finished points are stored under the content "
                             "they were computed from)")
     return finish(sweep, tasks, out_dir, len(todo), reused)
+
+
+ESTIMATE_SAMPLE = 20  # tasks whose batches are drawn to estimate a sweep's run time (evenly spread over todo)
+
+
+def sweep_warning(todo: list[Task], workers: int) -> str | None:
+    """The long-run warning of a sweep (:mod:`experiments.runtime_estimate`): the mean estimate of up to
+    ``ESTIMATE_SAMPLE`` of the tasks to run, times their number, over the workers; None for a short sweep."""
+    from dcpsim.experiments.runtime_estimate import run_seconds, warning
+    from dcpsim.experiments.sweep.task import batch_sizes
+
+    if not todo:
+        return None
+    sample = todo[:: max(1, len(todo) // ESTIMATE_SAMPLE)][:ESTIMATE_SAMPLE]
+    sizes = [(t, batch_sizes(t)) for t in sample]
+    seconds = [run_seconds(s, [t.policy]) for t, s in sizes if s]
+    if not seconds:
+        return None
+    seqs = [n for _t, s in sizes if s for n in s]
+    held = (f"{len(todo):,} task(s) on {workers} worker(s), batches of {min(seqs):,}-{max(seqs):,} sequences in "
+            f"{len(seconds)} sampled")
+    return warning(held, sum(seconds) / len(seconds) * len(todo) / max(workers, 1), "this sweep")
 
 
 def claim_store(sweep: Sweep, out_dir: Path) -> str:
