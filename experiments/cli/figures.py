@@ -43,12 +43,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.figures import make_figures, select
+    from dcpsim.experiments.output.write import output_directory
     from dcpsim.experiments.runner import parse_policy_specs
     from dcpsim.experiments.scenario.files import load_scenario
 
     select(args.only)  # fail early on a bad --only
     scenarios = [load_scenario(s) for s in args.scenario] if args.scenario else None
     policies = [s.label for s in parse_policy_specs(args.policies)] if args.policies else None
+    output_directory(args.output, "-o")  # a file in the way or an unwritable place: one line, before any work
     t0 = time.perf_counter()
     files = make_figures(args.output, scenarios, only=args.only, quick=args.quick, policies=policies)
     print(f"wrote {sum(len(v) for v in files.values())} files for figure(s) {', '.join(files)} into "
