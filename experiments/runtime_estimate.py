@@ -26,7 +26,7 @@ MEASURED: dict[str, tuple[tuple[int, float], ...]] = {
     "dp-balanced": ((2000, 0.05), (8000, 0.13), (32000, 0.32)),
     "wlb-llm": ((2000, 0.06), (8000, 0.18), (32000, 0.54)),
     "flexsp": ((2000, 0.42), (4000, 0.96), (8000, 344.1)),
-    "distca": ((2000, 0.21), (8000, 0.95), (32000, 12.41)),
+    "distca": ((2000, 0.21), (8000, 0.95), (32000, 12.41), (80000, 82.43)),
 }
 DEFAULT_POLICY = "mcore-dcp"  # a policy not in MEASURED (a plug-in) is priced as this one
 LONG_RUN_S = 60.0  # estimates above this are announced with a warning before the run starts
