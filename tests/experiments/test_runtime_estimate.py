@@ -37,6 +37,17 @@ def test_estimate_follows_the_measured_table():
         2 * (est.policy_seconds("hydra", 8000) + est.policy_seconds("static-cp", 8000)))
 
 
+def test_no_warning_for_the_shipped_scenarios_policies_and_the_literatures():
+    from dcpsim.experiments.figures.common import LITERATURE_POLICIES
+    from dcpsim.experiments.scenario.files import load_scenario, scenario_names
+
+    for name in scenario_names():   # what dcpsim figures runs (g adds the literature's policies) never warns
+        sc = load_scenario(name)
+        sizes = [len(b.lengths) for b in sc.batches()]
+        for policy in (*sc.policies, *LITERATURE_POLICIES):
+            assert est.long_run_warning(sizes, [policy]) is None, (name, policy, sizes)
+
+
 def test_no_warning_for_the_default_scenario_a_warning_for_many_sequences():
     sizes = [len(b.lengths) for b in DEFAULT_SCENARIO.batches()]
     assert est.long_run_warning(sizes, list(DEFAULT_SCENARIO.policies)) is None
@@ -48,7 +59,7 @@ def test_no_warning_for_the_default_scenario_a_warning_for_many_sequences():
 
 
 @pytest.mark.parametrize("args", [["compare", "--context-len", "32"], ["compare", "--global-batch-seqs", "200000"],
-                                  ["compare", "--policies", "flexsp", "--global-batch-seqs", "16000"],
+                                  ["compare", "--policies", "distca", "--global-batch-seqs", "100000"],
                                   ["simulate", "--policy", "mcore-dcp", "--global-batch-seqs", "200000"]])
 def test_a_long_run_is_announced_before_it_starts(args, monkeypatch, capsys):
     monkeypatch.setattr(runner, "run_policy", _stop)
