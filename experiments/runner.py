@@ -115,12 +115,19 @@ def run_policy(spec: PolicySpec, batches: Sequence[Any], cost_model: CostModel,
     return PolicyRun(spec, tuple(out), job.num_gpus, job.gpu.hbm_gb * 1e9 / (1 << 30))
 
 
-def simulate_policy(sc: Scenario, policy: str, bars: Bars | None = None) -> tuple[Scenario, PolicyRun]:
+def simulate_policy(sc: Scenario, policy: str, bars: Bars | None = None,
+                    warn: Callable[[str], None] | None = None) -> tuple[Scenario, PolicyRun]:
     """One policy (``name[:k=v...]``) over the scenario's batches; the scenario comes back with that policy as
-    its only one (what ``--json`` reports). ``bars(label, batches)`` makes the progress callback."""
+    its only one (what ``--json`` reports). ``bars(label, batches)`` makes the progress callback; ``warn``
+    receives the long-run warning (:mod:`experiments.runtime_estimate`) before the run starts."""
+    from dcpsim.experiments.runtime_estimate import long_run_warning
+
     spec = parse_policy_specs(policy)[0]
     sc = sc.with_(policies=(spec.label,))
     batches = sc.batches()
+    message = long_run_warning([len(b.lengths) for b in batches], [spec.label])
+    if message and warn:
+        warn(message)
     run = run_policy(spec, batches, sc.cost_model(), sc.policy_options,
                      progress=bars(spec.label, len(batches)) if bars else None)
     return sc, run
@@ -141,7 +148,11 @@ def compare_policies(sc: Scenario, policies: str | None = None, bars: Bars | Non
                      warn: Callable[[str], None] | None = None) -> Comparison:
     """Run every policy of ``policies`` (``a,b:k=v,...``; default the scenario's own) on the scenario's
     batches, sharing one lower bound per batch between them. ``warn`` receives each policy's memory warning as soon as
-    its run ends; ``bars(label, batches)`` makes each policy's progress callback."""
+    its run ends; ``bars(label, batches)`` makes each policy's progress callback. A run estimated to take long
+    (:mod:`experiments.runtime_estimate`) is announced to ``warn`` before it starts, and after each policy but
+    the last ``warn`` hears the time so far and the estimate of what is left."""
+    from dcpsim.experiments.runtime_estimate import duration, long_run_warning, run_seconds
+
     specs = parse_policy_specs(policies or ",".join(sc.policies))
     sc = sc.with_(policies=tuple(s.label for s in specs))
     cost_model = sc.cost_model()
@@ -153,11 +164,22 @@ def compare_policies(sc: Scenario, policies: str | None = None, bars: Bars | Non
     for note in notes:
         if warn:
             warn(f"warning: {note}")
+    sizes = [len(b.lengths) for b in batches]
+    long_run = long_run_warning(sizes, [s.label for s in specs])
+    if long_run and warn:
+        warn(long_run)
+    estimates = [run_seconds(sizes, [s.label]) for s in specs]
     summaries = []
     bounds = BoundCache()  # every policy sees the same batches: one bound per batch
-    for spec in specs:
+    spent = 0.0
+    for i, spec in enumerate(specs):
+        t0 = time.perf_counter()
         pr = run_policy(spec, batches, cost_model, sc.policy_options,
                         progress=bars(spec.label, len(batches)) if bars else None, bound_cache=bounds)
+        spent += time.perf_counter() - t0
+        if long_run and warn and i + 1 < len(specs):   # progress of a long run, with the estimate of the rest
+            warn(f"{spec.label} done ({duration(spent)} so far); {duration(sum(estimates[i + 1:]))} left for "
+                 f"{', '.join(s.label for s in specs[i + 1:])} (estimate)")
         summaries.append(pr.summary(timings=True))
         message = memory_warning(summaries[-1])
         if message and warn:

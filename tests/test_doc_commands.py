@@ -184,18 +184,20 @@ FILES_FOR = {
 }
 
 # Runs that take minutes as written: what runs instead, and why.
-FIGS = ("all eight figures take ~40 s (--quick alone ~30 s); one on the small grid checks the command line "
-        "(tests/experiments/test_figures.py checks the figures)")
+FIGS = ("all eight figures take 1-2 min (three seeds per comparison; --quick alone ~40 s); one on the small "
+        "grid checks the command line (tests/experiments/test_figures.py checks the figures)")
 SUBSTITUTE = {
     "dcpsim figures -o figures": ("dcpsim figures --quick --only a -o figures", FIGS),
     "dcpsim figures -o figs/": ("dcpsim figures --quick --only a -o figs/", FIGS),
-    "dcpsim figures -o figs": ("dcpsim figures --quick --only a -o figs", FIGS),
     "time dcpsim figures -o figs": ("time dcpsim figures --quick --only a -o figs", FIGS),
+    "dcpsim figures --quick -o figs": ("dcpsim figures --quick --only a -o figs", FIGS),
     "dcpsim figures --scenario my.toml -o figs": ("dcpsim figures --scenario my.toml --quick --only a -o figs",
                                                   FIGS),
     "dcpsim figures --policies mcore-dcp,mcore-dcp:cp_engine=hybrid,hydra -o figs": (
         "dcpsim figures --policies mcore-dcp,mcore-dcp:cp_engine=hybrid,hydra --quick --only a,b -o figs",
         FIGS),
+    "dcpsim compare --global-batch-seqs 200000": ("dcpsim compare --global-batch-seqs 20000",
+                                                  "the long-run example runs about 9 min as written"),
     "dcpsim figures --only h": ("dcpsim figures --only h --quick", "figure h's full grid"),
     "python experiments/bench/scheduler.py": ("python experiments/bench/scheduler.py --quick",
                                               "the default grid runs to n = 32768, W = 4096: minutes"),

@@ -11,10 +11,12 @@ Figures (see docs/experiments.md):
   h  throughput against straggler severity (one slow rank; random stragglers), per policy
 
 Without --scenario each figure uses its shipped scenarios (experiments/scenarios); with --scenario (repeatable)
-every figure uses those, the first as its base. One iteration per point. Progress lines go to stderr.
+every figure uses those, the first as its base. One iteration per point; the policy comparisons (a, b, f, g, h)
+run each point on three trace seeds (--quick: two) and draw the mean with the min-max spread. Progress lines
+go to stderr.
 
 Examples:
-  dcpsim figures -o figs                        # every figure, shipped scenarios (about 40 s on 2 cores)
+  dcpsim figures -o figs                        # every figure, shipped scenarios (1-2 minutes on 2 cores)
   dcpsim figures --only a,e --quick -o figs     # two figures on smaller grids
   dcpsim figures --scenario my.toml -o figs     # every figure on my scenario
 """
@@ -41,12 +43,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dcpsim.experiments.figures import make_figures, select
+    from dcpsim.experiments.output.write import output_directory
     from dcpsim.experiments.runner import parse_policy_specs
     from dcpsim.experiments.scenario.files import load_scenario
 
     select(args.only)  # fail early on a bad --only
     scenarios = [load_scenario(s) for s in args.scenario] if args.scenario else None
     policies = [s.label for s in parse_policy_specs(args.policies)] if args.policies else None
+    output_directory(args.output, "-o")  # a file in the way or an unwritable place: one line, before any work
     t0 = time.perf_counter()
     files = make_figures(args.output, scenarios, only=args.only, quick=args.quick, policies=policies)
     print(f"wrote {sum(len(v) for v in files.values())} files for figure(s) {', '.join(files)} into "

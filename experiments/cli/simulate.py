@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     with Outputs({PLAN: args.plan_out, TIMELINE: args.timeline_out, CHROME: args.chrome_trace},
                  inputs=named_files(scenario.to_dict())) as outs:
         sc, pr = simulate_policy(scenario, args.policy,
-                                 bars=lambda label, n: Progress(label, n, enabled=not quiet))
+                                 bars=lambda label, n: Progress(label, n, enabled=not quiet),
+                                 warn=lambda message: print(message, file=sys.stderr, flush=True))
         label = pr.spec.label
         summary = pr.summary(timings=True)
         warn = memory_warning(summary)

@@ -2,6 +2,8 @@
 
 Bars are the mean over ranks (docs/metrics.md): the pipeline bubble (solid) stacked under the DP bubble
 (hatched), the total written on top of each bar; a black tick marks the largest pipeline bubble of any rank.
+Each bar runs ``common.SEEDS`` trace seeds (``common.trace_seeds``): its parts and tick are the means over the
+seeds, its whisker the min–max of the total, the label the mean total just above the whisker.
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ from dcpsim.experiments.figures.common import (
     FigureContext,
     metrics_row,
     new_figure,
+    over_seeds,
     policy_colour,
     save_figure,
+    seeds_note,
+    trace_seeds,
+    with_spread,
 )
 from dcpsim.experiments.scenario.definition import Scenario
 
@@ -25,17 +31,23 @@ KEY = "b"
 STEM = "b_bubbles"
 TITLE = "pipeline and DP bubble per policy"
 DEFAULT_SCENARIOS = ("h100-512-32k", "h100-512-256k", "prod-2048-256k", "prod-11264-256k")
+POINT = ("scenario", "policy")  # the columns naming one bar; its rows differ by seed
+PLOTTED = ("pipeline_bubble", "dp_bubble", "bubble_total", "pipeline_bubble_max")
 
 
 def collect(ctx: FigureContext, scenarios: list[Scenario]) -> pd.DataFrame:
     rows = []
     for sc in scenarios:
-        ctx.log(f"(b) scenario {sc.name}")
-        for spec in ctx.specs(sc):
-            res = ctx.try_run(sc, spec)
-            rows.append({"scenario": sc.name, "num_gpus": sc.num_gpus, "policy": spec.label,
-                         **metrics_row(res, sc.num_gpus)})
-    return pd.DataFrame(rows)
+        for seed in trace_seeds(ctx, sc):
+            ctx.log(f"(b) scenario {sc.name}, seed {seed}")
+            point = sc.with_(seed=seed)
+            for spec in ctx.specs(point):
+                res = ctx.try_run(point, spec)
+                rows.append({"scenario": sc.name, "num_gpus": sc.num_gpus, "seed": seed, "policy": spec.label,
+                             **metrics_row(res, sc.num_gpus)})
+    df = pd.DataFrame(rows)
+    df["bubble_total"] = df.pipeline_bubble + df.dp_bubble
+    return with_spread(df, POINT, PLOTTED)
 
 
 def plot(df: pd.DataFrame) -> Figure:
@@ -45,18 +57,25 @@ def plot(df: pd.DataFrame) -> Figure:
     ax = fig.subplots()
     x = np.arange(len(scenarios))
     width = 0.8 / len(policies)
+    note = seeds_note(df)
+    stats = {c: over_seeds(df, POINT, c) * 100 for c in PLOTTED}
     for i, pol in enumerate(policies):
-        d = df[df.policy == pol].set_index("scenario").reindex(scenarios)
+        at = pd.MultiIndex.from_product([scenarios, [pol]])
+        pp, dp, total, tick = (stats[c].reindex(at) for c in PLOTTED)
         xs = x + (i - (len(policies) - 1) / 2) * width
         colour = policy_colour(pol, policies)
-        pp, dp = d.pipeline_bubble.to_numpy() * 100, d.dp_bubble.to_numpy() * 100
-        ax.bar(xs, pp, width, color=colour, edgecolor="black", linewidth=0.4, label=pol)
-        ax.bar(xs, dp, width, bottom=pp, color=colour, alpha=0.45, hatch="///", edgecolor="black",
+        ax.bar(xs, pp["mean"], width, color=colour, edgecolor="black", linewidth=0.4, label=pol)
+        ax.bar(xs, dp["mean"], width, bottom=pp["mean"], color=colour, alpha=0.45, hatch="///", edgecolor="black",
                linewidth=0.4)
-        ax.scatter(xs, d.pipeline_bubble_max.to_numpy() * 100, marker="_", s=120, color="black", zorder=3)
-        for xi, a, b in zip(xs, pp, dp):
-            if np.isfinite(a):   # the total sits on its bar (the max-rank tick may be above or below it)
-                ax.text(xi, a + b + 0.5, f"{a + b:.0f}%", ha="center", va="bottom", fontsize=7, zorder=4,
+        # the stacked parts' means add up to the total's mean, where the whisker starts
+        top = (pp["mean"] + dp["mean"]).to_numpy()
+        if note:
+            ax.errorbar(xs, top, yerr=[top - total["min"].to_numpy(), total["max"].to_numpy() - top], fmt="none",
+                        ecolor="black", elinewidth=0.9, capsize=2.5, zorder=3)
+        ax.scatter(xs, tick["mean"].to_numpy(), marker="_", s=120, color="black", zorder=3)
+        for xi, t, hi in zip(xs, top, total["max"].to_numpy()):
+            if np.isfinite(t):   # the total sits on its bar's whisker (the max-rank tick may be above or below)
+                ax.text(xi, hi + 0.5, f"{t:.0f}%", ha="center", va="bottom", fontsize=7, zorder=4,
                         bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none",
                               "alpha": 0.8})   # legible where the max-rank tick crosses it
     labels = [f"{s}\n({int(df[df.scenario == s].num_gpus.iloc[0]):,} GPUs)" for s in scenarios]
@@ -75,8 +94,8 @@ def plot(df: pd.DataFrame) -> Figure:
                 Line2D([], [], color="black", marker="_", linestyle="none", markersize=10,
                        label="pipeline bubble (max rank)")]
     ax.legend(handles=handles, fontsize=7.5, loc="upper left", ncol=2)
-    ax.set_title("(b) Pipeline and data-parallel bubbles per policy (one iteration; labels: total)",
-                 fontsize=10)
+    ax.set_title("(b) Pipeline and data-parallel bubbles per policy (one iteration; labels: total"
+                 + (f"; {note} of the total)" if note else ")"), fontsize=10)
     return fig
 
 

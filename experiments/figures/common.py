@@ -1,7 +1,11 @@
-"""What the figure modules share: the run cache, progress lines, policy colours, and writing PNG + PDF + CSV.
+"""What the figure modules share: the run cache, progress lines, policy colours, the trace seeds of the policy
+comparisons and their spread, and writing PNG + PDF + CSV.
 
-Every figure runs one iteration per point (the first global batch of the scenario's seed), so a figure is a
-pure function of its scenarios except for measured wall times (figure d).
+Every figure runs one iteration per point (the first global batch of a seed's trace), so a figure is a pure
+function of its scenarios except for measured wall times (figure d). The policy comparisons (a, b, f, g, h)
+run every point on ``SEEDS`` trace seeds (the scenario's seed and the next ones; ``--quick``: ``QUICK_SEEDS``)
+and draw the mean with min–max whiskers; their CSVs have one row per seed plus, for each plotted column,
+its ``_seed_mean``, ``_seed_min`` and ``_seed_max`` over the point's seeds (``with_spread``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -30,6 +35,9 @@ POLICY_COLOURS = {"static-cp": "#7f7f7f", "mcore-dcp": "#1f77b4", "mcore-dcp-leg
 # The literature's schedulers (docs/policies/): figure (g) runs them beside each scenario's own policies.
 LITERATURE_POLICIES = ("dp-balanced", "wlb-llm", "flexsp", "distca")
 EXTRA_COLOURS = ("#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+SEEDS, QUICK_SEEDS = 3, 2  # trace seeds per point of a policy comparison (the scenario's seed and the next
+#                            ones): bars and lines are the mean, whiskers the min–max, so a gap between
+#                            policies can be read against the spread of one policy over traces
 
 
 def policy_colour(label: str, order: Sequence[str] = ()) -> str:
@@ -47,6 +55,40 @@ def scenario_key(sc: Scenario) -> str:
     d.pop("name", None)
     d.pop("description", None)
     return json.dumps(d, sort_keys=True, default=str)
+
+
+def trace_seeds(ctx: FigureContext, sc: Scenario) -> list[int]:
+    """The trace seeds each point of a policy comparison runs: the scenario's seed and the next ones."""
+    return [sc.seed + k for k in range(QUICK_SEEDS if ctx.quick else SEEDS)]
+
+
+def over_seeds(df: pd.DataFrame, keys: Sequence[str], column: str) -> pd.DataFrame:
+    """Per ``keys`` (a plotted point): mean, min and max of ``column`` over its seeds, NaN where any seed failed."""
+    g = df.groupby(list(keys), sort=False)[column]
+    out = pd.DataFrame({"mean": g.mean(), "min": g.min(), "max": g.max()})
+    return out.where(g.count() == g.size(), np.nan)
+
+
+def with_spread(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str]) -> pd.DataFrame:
+    """``df`` (one row per seed) with ``{column}_seed_mean``, ``_seed_min`` and ``_seed_max`` over each point's
+    seeds on every row of the point, for each plotted column (NaN where any seed of the point failed). The
+    ``seed`` infix keeps them apart from the metrics' own ``_max`` / ``_mean`` (``pipeline_bubble_max``)."""
+    out = df.copy()
+    index = pd.MultiIndex.from_frame(df[list(keys)])
+    for col in columns:
+        stats = over_seeds(df, keys, col)
+        for stat in ("mean", "min", "max"):
+            name = f"{col}_seed_{stat}"
+            if name in df:
+                raise ValueError(f"spread column {name!r} would overwrite a column of the figure's data")
+            out[name] = stats[stat].reindex(index).to_numpy()
+    return out
+
+
+def seeds_note(df: pd.DataFrame) -> str:
+    """The title's words for the seeds behind each point (empty for one seed)."""
+    n = df.seed.nunique() if "seed" in df else 1
+    return f"mean of {n} trace seeds; whiskers: min–max" if n > 1 else ""
 
 
 def baseline_of(labels: Sequence[str]) -> str:
@@ -79,9 +121,15 @@ class FigureContext:
         sc = sc.with_(iterations=1)
         key = (scenario_key(sc), spec.label)
         if key not in self._cache:
+            from dcpsim.experiments.runtime_estimate import long_run_warning
+
             t0 = time.perf_counter()
             try:
-                pr = run_policy(spec, sc.batches(), sc.cost_model(), sc.policy_options, bound_cache=self._bounds)
+                batches = sc.batches()
+                message = long_run_warning([len(b.lengths) for b in batches], [spec.label], f"{sc.name} {spec.label}")
+                if message:
+                    self.log(message)
+                pr = run_policy(spec, batches, sc.cost_model(), sc.policy_options, bound_cache=self._bounds)
                 self._cache[key] = pr.iterations[0]
                 self.log(f"  {sc.name} {spec.label}: {time.perf_counter() - t0:.1f}s")
             except Exception as e:  # noqa: BLE001 — a failed point is a gap in the figure, not a failed command

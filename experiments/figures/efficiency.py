@@ -2,7 +2,9 @@
 
 The bound (sim.bound, docs/bound.md) is what no valid plan of the batch can beat under the scenario's cost
 model, so 1.0 would be a provably optimal plan and 1 − efficiency is at most the headroom left. Each scenario
-runs its own policies plus the literature's schedulers (common.LITERATURE_POLICIES).
+runs its own policies plus the literature's schedulers (common.LITERATURE_POLICIES). Each bar runs
+``common.SEEDS`` trace seeds (``common.trace_seeds``; the bound is each seed's batch's own): the bar is the mean
+efficiency, its whisker the min–max over the seeds, its label the mean.
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ from dcpsim.experiments.figures.common import (
     human_tokens,
     metrics_row,
     new_figure,
+    over_seeds,
     policy_colour,
     save_figure,
+    seeds_note,
+    trace_seeds,
+    with_spread,
 )
 from dcpsim.experiments.runner import parse_policy_specs
 from dcpsim.experiments.scenario.definition import Scenario
@@ -29,17 +35,21 @@ KEY = "g"
 STEM = "g_efficiency"
 TITLE = "efficiency (bound ÷ iteration time) per policy per scenario"
 DEFAULT_SCENARIOS = ("h100-512-32k", "h100-512-256k", "prod-2048-256k", "prod-11264-256k")
+POINT = ("scenario", "policy")  # the columns naming one bar; its rows differ by seed
 
 
 def collect(ctx: FigureContext, scenarios: list[Scenario]) -> pd.DataFrame:
     rows = []
     for sc in scenarios:
         labels = list(dict.fromkeys([*sc.policies, *LITERATURE_POLICIES]))
-        ctx.log(f"(g) {sc.name}")
-        for spec in parse_policy_specs(",".join(labels)):
-            res = ctx.try_run(sc, spec)
-            rows.append({"scenario": sc.name, "policy": spec.label, **metrics_row(res, sc.num_gpus)})
-    return pd.DataFrame(rows)
+        for seed in trace_seeds(ctx, sc):
+            ctx.log(f"(g) {sc.name}, seed {seed}")
+            point = sc.with_(seed=seed)
+            for spec in parse_policy_specs(",".join(labels)):
+                res = ctx.try_run(point, spec)
+                rows.append({"scenario": sc.name, "seed": seed, "policy": spec.label,
+                             **metrics_row(res, sc.num_gpus)})
+    return with_spread(pd.DataFrame(rows), POINT, ["efficiency"])
 
 
 def plot(df: pd.DataFrame, scenarios: list[Scenario]) -> Figure:
@@ -49,14 +59,19 @@ def plot(df: pd.DataFrame, scenarios: list[Scenario]) -> Figure:
     ax = fig.subplots()
     x = np.arange(len(names))
     width = 0.8 / max(len(policies), 1)
+    note = seeds_note(df)
+    eff = over_seeds(df, POINT, "efficiency")
     for i, pol in enumerate(policies):
-        d = df[df.policy == pol].set_index("scenario").reindex(names)
+        d = eff.reindex(pd.MultiIndex.from_product([names, [pol]]))
         xs = x + (i - (len(policies) - 1) / 2) * width
-        ax.bar(xs, d.efficiency, width, label=pol, color=policy_colour(pol, policies), edgecolor="black",
+        ax.bar(xs, d["mean"], width, label=pol, color=policy_colour(pol, policies), edgecolor="black",
                linewidth=0.4)
-        for xi, v in zip(xs, d.efficiency):
+        if note:
+            ax.errorbar(xs, d["mean"], yerr=[d["mean"] - d["min"], d["max"] - d["mean"]], fmt="none",
+                        ecolor="black", elinewidth=0.8, capsize=1.5)
+        for xi, v, hi in zip(xs, d["mean"], d["max"]):
             if np.isfinite(v):
-                ax.text(xi, v + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=6.5, rotation=90)
+                ax.text(xi, hi + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=6.5, rotation=90)
             else:
                 ax.text(xi, 0.02, "failed", ha="center", va="bottom", fontsize=6.5, rotation=90)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
@@ -67,7 +82,8 @@ def plot(df: pd.DataFrame, scenarios: list[Scenario]) -> Figure:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(title="policy", fontsize=7.5, loc="upper center", ncol=min(4, len(policies)))
     ax.set_title("(g) Efficiency per policy: the iteration-time lower bound (docs/bound.md) over each policy's "
-                 "simulated time\n(1.0 = provably optimal; one iteration per scenario)", fontsize=9.5)
+                 "simulated time\n(1.0 = provably optimal; one iteration per scenario"
+                 + (f"; {note})" if note else ")"), fontsize=9.5)
     return fig
 
 

@@ -2,8 +2,8 @@
 
 The base scenario's trace is cut at each context length (documents longer than the window become
 window-sized pieces, so every point trains on the same tokens); everything else stays fixed. Each point runs
-``SEEDS`` trace seeds (the scenario's and the next ones; ``--quick``: ``QUICK_SEEDS``): a bar is the mean, its
-whisker the min–max over the seeds, its label the mean of the per-seed speedups; the CSV has one row per seed.
+``common.SEEDS`` trace seeds (``common.trace_seeds``): a bar is the mean, its whisker the min–max over the
+seeds, its label the mean of the per-seed speedups; the CSV has one row per seed and the spread columns.
 """
 
 from __future__ import annotations
@@ -20,8 +20,12 @@ from dcpsim.experiments.figures.common import (
     human_tokens,
     metrics_row,
     new_figure,
+    over_seeds,
     policy_colour,
     save_figure,
+    seeds_note,
+    trace_seeds,
+    with_spread,
 )
 from dcpsim.experiments.scenario.definition import Scenario
 
@@ -31,8 +35,9 @@ TITLE = "throughput per policy against context length"
 DEFAULT_SCENARIOS = ("h100-512-256k",)
 CONTEXTS = (32768, 65536, 131072, 262144)
 QUICK_CONTEXTS = (32768, 262144)
-SEEDS, QUICK_SEEDS = 3, 2  # trace seeds per point (the scenario's seed and the next ones): bars are the mean,
-#                            whiskers the min–max over seeds, so a gap between policies can be read against it
+
+
+POINT = ("policy", "context_len")  # the columns naming one bar; its rows differ by seed
 
 
 def contexts_for(sc: Scenario, quick: bool) -> list[int]:
@@ -47,7 +52,7 @@ def contexts_for(sc: Scenario, quick: bool) -> list[int]:
 def collect(ctx: FigureContext, base: Scenario) -> pd.DataFrame:
     rows = []
     specs = ctx.specs(base)
-    seeds = [base.seed + k for k in range(QUICK_SEEDS if ctx.quick else SEEDS)]
+    seeds = trace_seeds(ctx, base)
     for c in contexts_for(base, ctx.quick):
         for seed in seeds:
             sc = base.with_(context_len=c, seed=seed, name=f"{base.name}@{human_tokens(c)}")
@@ -60,15 +65,9 @@ def collect(ctx: FigureContext, base: Scenario) -> pd.DataFrame:
     base_label = baseline_of([s.label for s in specs])
     ref = df[df.policy == base_label].set_index(["context_len", "seed"])["tokens_per_s"]
     keys = pd.MultiIndex.from_frame(df[["context_len", "seed"]])
-    df["speedup_vs_" + base_label.replace("-", "_")] = df["tokens_per_s"].to_numpy() / ref.reindex(keys).to_numpy()
-    return df
-
-
-def over_seeds(df: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Per (policy, context): mean, min and max of ``column`` over the seeds (NaN where any seed failed)."""
-    g = df.groupby(["policy", "context_len"], sort=False)[column]
-    out = pd.DataFrame({"mean": g.mean(), "min": g.min(), "max": g.max()})
-    return out.where(g.count() == g.size(), np.nan)
+    speed_col = "speedup_vs_" + base_label.replace("-", "_")
+    df[speed_col] = df["tokens_per_s"].to_numpy() / ref.reindex(keys).to_numpy()
+    return with_spread(df, POINT, ["tokens_per_s_per_gpu", speed_col])
 
 
 def plot(df: pd.DataFrame, base: Scenario) -> Figure:
@@ -81,15 +80,15 @@ def plot(df: pd.DataFrame, base: Scenario) -> Figure:
     x = np.arange(len(contexts))
     width = 0.8 / len(policies)
     top = np.nanmax(df.tokens_per_s_per_gpu.to_numpy()) if df.ok.any() else 1.0
-    tput, speed = over_seeds(df, "tokens_per_s_per_gpu"), over_seeds(df, speed_col)
-    n_seeds = df.seed.nunique() if "seed" in df else 1
+    tput, speed = over_seeds(df, POINT, "tokens_per_s_per_gpu"), over_seeds(df, POINT, speed_col)
+    note = seeds_note(df)
     for i, pol in enumerate(policies):
         d = tput.loc[pol].reindex(contexts)
         sp = speed.loc[pol].reindex(contexts)
         xs = x + (i - (len(policies) - 1) / 2) * width
         ax.bar(xs, d["mean"], width, label=pol, color=policy_colour(pol, policies),
                edgecolor="black", linewidth=0.4)
-        if n_seeds > 1:
+        if note:
             ax.errorbar(xs, d["mean"], yerr=[d["mean"] - d["min"], d["max"] - d["mean"]], fmt="none",
                         ecolor="black", elinewidth=0.9, capsize=2.5)
         for xi, v, s in zip(xs, d["max"], sp["mean"]):
@@ -106,7 +105,7 @@ def plot(df: pd.DataFrame, base: Scenario) -> Figure:
     ax.set_title(f"(a) Throughput against context length — {base.name}\n{base.model} on {base.num_gpus:,} "
                  f"{base.gpu.upper()} (TP{base.tp} PP{base.pp} pool {base.pool}), "
                  f"{human_tokens(base.global_batch_tokens)} tokens/batch; labels: speedup over {base_label}"
-                 + (f" (mean of {n_seeds} trace seeds; whiskers: min–max)" if n_seeds > 1 else ""),
+                 + (f" ({note})" if note else ""),
                  fontsize=9.5)
     return fig
 

@@ -3,7 +3,8 @@
 ``Progress(label, total)`` is called with the number of steps done so far (``bar(3)``); it draws nothing when
 disabled (``--no-progress``, ``--json``), when there is a single step, or when the stream is not a terminal
 (a pipe, a file, a CI log), so redirected output carries no progress noise. tqdm is imported on the first
-drawn step, so commands that never draw do not pay for it.
+drawn step, so commands that never draw do not pay for it. ``bar.write(line)`` prints a line (a sweep's
+per-point error) above a drawn bar, which tqdm clears and redraws, so the line and the bar never share a row.
 """
 
 from __future__ import annotations
@@ -34,6 +35,17 @@ class Progress:
         self._bar.update(done - self._bar.n)
         if done >= self.total:
             self.close()
+
+    def write(self, line: str) -> None:
+        """Print ``line`` on the bar's stream on a row of its own: above the bar while it is drawn (tqdm clears
+        it, writes the line and redraws it), else as a plain line."""
+        if self._bar is not None:
+            from tqdm import tqdm
+
+            tqdm.write(line, file=self.stream)
+        else:
+            self.stream.write(line + "\n")
+            self.stream.flush()
 
     def close(self) -> None:
         """End the bar (its last state stays on screen); calling it again, or on a disabled bar, does nothing."""

@@ -192,6 +192,26 @@ class Outputs:
             self.discard()
 
 
+def output_directory(path: PathLike, option: str) -> Path:
+    """Make ``path`` a directory the command can write its files in, before any work, or refuse in one
+    :class:`OutputError` line: a path that exists and is not a directory, a directory that cannot be created
+    (a missing or read-only parent, an unwritable working directory) or that refuses a new file."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{option} {out}: exists and is not a directory; give a directory name")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{option} {out}: cannot create the directory: {_strerror(e)}") from None
+    probe = out / f".dcpsim-probe.{os.getpid()}.tmp"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        probe.unlink()
+    except OSError as e:
+        raise OutputError(f"{option} {out}: cannot create a file there: {_strerror(e)}") from None
+    return out
+
+
 @contextmanager
 def atomic_path(path: PathLike, option: str = "output", image: bool = False) -> Iterator[Path]:
     """One output: yields the temporary file to write, moved onto ``path`` when the block ends without error."""

@@ -39,12 +39,15 @@ import pandas as pd
 
 from dcpsim.experiments.errors import ScenarioError
 from dcpsim.experiments.output.write import write_text
-from dcpsim.experiments.sweep.grid import Sweep, check_size
+from dcpsim.experiments.sweep.grid import MAX_TASKS, Sweep, check_size
 from dcpsim.experiments.sweep.keys import code_version, named_files, point_files
 from dcpsim.experiments.sweep.store import read_record, store, stored_status
 from dcpsim.experiments.sweep.task import Task, run_task
 
 BACKENDS = ("process", "ray")
+# seconds to build one task (its key): 'python experiments/bench/sweep.py --tasks 99000 --keys-only' took 8.98 s
+# for 99,000 tasks (0.091 ms each; 2 shared cores, 2026-12-02)
+KEY_S = 0.091e-3
 
 
 @dataclass
@@ -79,21 +82,28 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, workers: int = 1, retry_errors:
     out_dir = Path(out_dir)
     check_size(sweep)
     definition = claim_store(sweep, out_dir)
+    say = log or (lambda _m: None)
+    # the first line before the tasks are built: their keys hash every point (KEY_S each), a few seconds
+    # for a grid near the MAX_TASKS cap
+    building = sweep.num_tasks * KEY_S
+    say(f"{sweep.num_points} points x {len(sweep.policies)} policies = {sweep.num_tasks} tasks (at most "
+        f"{MAX_TASKS:,} per sweep)" + (f"; making their keys, about {building:.0f} s" if building >= 1 else ""))
     tasks = sweep.tasks()
     malformed: dict[str, str] = {}
     stored = stored_status(out_dir, malformed)
     todo = [t for t in tasks if t.key not in stored or (retry_errors and stored[t.key])]
     todo = list({t.key: t for t in todo}.values())  # equal points (a repeated grid value) run once
     reused = len(tasks) - len(todo)
-    say = log or (lambda _m: None)
     ours = {t.key for t in tasks}
     bad = sorted(k for k in malformed if k in ours)
     if bad:
         say(f"{len(bad)} stored record(s) are malformed and run again; first: points/{bad[0]}.json: "
             f"{malformed[bad[0]]}")
     where = f"Ray ({address or f'local, {workers} CPUs'})" if backend == "ray" else f"{workers} worker(s)"
-    say(f"{sweep.num_points} points x {len(sweep.policies)} policies = {len(tasks)} tasks; {reused} stored, "
-        f"{len(todo)} to run on {where}; code {tasks[0].code if tasks else code_version()}")
+    say(f"{reused} stored, {len(todo)} to run on {where}; code {tasks[0].code if tasks else code_version()}")
+    long_run = sweep_warning(todo, workers)
+    if long_run:
+        say(long_run)
     write_text(out_dir / "sweep.json", json.dumps(
         {"source": sweep.source, "base": sweep.base.name, "grid": sweep.grid, "set": sweep.fixed,
          "policies": list(sweep.policies), "seeds": list(sweep.seeds), "points": sweep.num_points,
@@ -131,6 +141,28 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, workers: int = 1, retry_errors:
                             "written; rerun the same command (the finished points are stored under the content "
                             "they were computed from)")
     return finish(sweep, tasks, out_dir, len(todo), reused)
+
+
+ESTIMATE_SAMPLE = 20  # tasks whose batches are drawn to estimate a sweep's run time (evenly spread over todo)
+
+
+def sweep_warning(todo: list[Task], workers: int) -> str | None:
+    """The long-run warning of a sweep (:mod:`experiments.runtime_estimate`): the mean estimate of up to
+    ``ESTIMATE_SAMPLE`` of the tasks to run, times their number, over the workers; None for a short sweep."""
+    from dcpsim.experiments.runtime_estimate import run_seconds, warning
+    from dcpsim.experiments.sweep.task import batch_sizes
+
+    if not todo:
+        return None
+    sample = todo[:: max(1, len(todo) // ESTIMATE_SAMPLE)][:ESTIMATE_SAMPLE]
+    sizes = [(t, batch_sizes(t)) for t in sample]
+    seconds = [run_seconds(s, [t.policy]) for t, s in sizes if s]
+    if not seconds:
+        return None
+    seqs = [n for _t, s in sizes if s for n in s]
+    held = (f"{len(todo):,} task(s) on {workers} worker(s), batches of {min(seqs):,}-{max(seqs):,} sequences in "
+            f"{len(seconds)} sampled")
+    return warning(held, sum(seconds) / len(seconds) * len(todo) / max(workers, 1), "this sweep")
 
 
 def claim_store(sweep: Sweep, out_dir: Path) -> str:

@@ -20,10 +20,10 @@ from dcpsim.userfile import check_number
 TOP_KEYS = {"base", "policies", "seeds", "grid", "set", "description"}
 NOT_GRIDDABLE = {"name", "description", "policies", "seed"}
 # The most tasks one sweep runs: the driver builds every task (its key hashed) before the first one runs and
-# holds them all; 'python experiments/bench/sweep.py --tasks 20000 --keys-only' measured 0.17 ms and 0.9 KiB
-# per task (2 shared cores, 2026-12-02), so 10^5 tasks is ~17 s and ~90 MiB before any work, 10^7 would be
-# ~30 minutes and ~9 GiB: refused up front instead (and at about a second per run, 10^5 runs are a day of
-# one core: past it the file is more likely a mistake than a plan).
+# holds them all; 'python experiments/bench/sweep.py --tasks 99000 --keys-only' measured 8.98 s for 99,000 tasks,
+# 0.091 ms and 0.89 KiB per task (2 shared cores, 2026-12-02), so 10^5 tasks is ~9 s and ~90 MiB before any
+# work, 10^7 would be ~15 minutes and ~9 GiB: refused up front instead (and at about a second per run, 10^5
+# runs are a day of one core: past it the file is more likely a mistake than a plan).
 MAX_TASKS = 100_000
 
 @dataclass(frozen=True)

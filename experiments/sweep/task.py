@@ -36,6 +36,30 @@ def _record(task: Task) -> dict[str, Any]:
             "scenario": task.scenario, "files": task.files, "code": task.code, "summary": None, "error": None}
 
 
+def _fields(task: Task) -> dict[str, Any]:
+    """The task's scenario fields that differ from the defaults, its file paths as the driver sees them."""
+    from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO
+
+    defaults = DEFAULT_SCENARIO.to_dict()  # default values need no re-checking (an empty [gpu] table)
+    fields = {k: v for k, v in task.scenario.items() if k not in defaults or v != defaults[k]}
+    for k, path in named_files(fields).items():  # as the driver sees them (a Ray worker has its own cwd)
+        if task.cwd and not Path(path).is_absolute() and k in fields:
+            fields[k] = str(Path(task.cwd) / path)
+    return fields
+
+
+def batch_sizes(task: Task) -> list[int] | None:
+    """The sequences in each of the task's global batches (drawn as the task will), or None when the point
+    cannot be built (its run will record why)."""
+    from dcpsim.experiments.scenario.files import scenario_from_mapping
+
+    try:
+        sc = scenario_from_mapping(_fields(task), f"sweep point {task.point}")
+        return [len(b.lengths) for b in sc.batches()]
+    except Exception:  # noqa: BLE001 — the task itself reports the problem when it runs
+        return None
+
+
 def run_task(task: Task) -> dict[str, Any]:
     """Run one task in this process; never raises for a problem of the point (the error is recorded).
 
@@ -43,16 +67,11 @@ def run_task(task: Task) -> dict[str, Any]:
     task's key (a file rewritten while the sweep ran), the record is marked ``stale`` and the driver does not
     store it under that key."""
     from dcpsim.experiments.runner import parse_policy_specs, run_policy
-    from dcpsim.experiments.scenario.definition import DEFAULT_SCENARIO
     from dcpsim.experiments.scenario.files import scenario_from_mapping
 
     t0 = time.perf_counter()
     record = _record(task)
-    defaults = DEFAULT_SCENARIO.to_dict()  # default values need no re-checking (an empty [gpu] table)
-    fields = {k: v for k, v in task.scenario.items() if k not in defaults or v != defaults[k]}
-    for k, path in named_files(fields).items():  # as the driver sees them (a Ray worker has its own cwd)
-        if task.cwd and not Path(path).is_absolute() and k in fields:
-            fields[k] = str(Path(task.cwd) / path)
+    fields = _fields(task)
     before = point_files(fields)
     try:
         sc = scenario_from_mapping(fields, f"sweep point {task.point}")

@@ -53,7 +53,10 @@ def _run(case: Case, cwd: Path) -> tuple[int, str]:
     os.chdir(cwd)
     try:
         with redirect_stderr(err), redirect_stdout(out):
-            code = main(list(case.argv))
+            try:
+                code = main(list(case.argv))
+            except SystemExit as e:   # an option error: argparse prints its one line and exits (2)
+                code = e.code if isinstance(e.code, int) else 1
     finally:
         os.chdir(here)
     return code, err.getvalue()

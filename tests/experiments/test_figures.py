@@ -73,7 +73,7 @@ def test_csvs_hold_the_data(figures):
     h = pd.read_csv(out / "h_stragglers.csv", keep_default_na=False)  # quick grid: f = 1, 1.5, 3
     assert set(h.factor) == {1.0, 1.5, 3.0} and set(h.model) == {"one slow rank", "random stragglers"}
     assert h.ok.all() and set(h[h.factor == 3.0].slow_ranks) == {"s1r1=3", ""}
-    for (_model, pol), d in h.groupby(["model", "policy"]):  # stragglers never speed a plan up (f ≥ 1)
+    for (_model, pol, _seed), d in h.groupby(["model", "policy", "seed"]):  # stragglers never speed a plan up
         t = d.sort_values("factor").iteration_time_s.to_numpy()
         assert (np.diff(t) >= -1e-12).all() and t[-1] > t[0], (pol, t)
 
@@ -95,11 +95,11 @@ def _tiny(tmp_path):
 def test_a_runs_several_seeds_and_draws_their_spread(figures, tmp_path):
     from matplotlib.container import ErrorbarContainer
 
-    from dcpsim.experiments.figures import throughput
+    from dcpsim.experiments.figures import common, throughput
 
     _, out = figures
     a = pd.read_csv(out / "a_throughput_vs_context.csv")
-    assert sorted(a.seed.unique()) == [0, 1] == list(range(throughput.QUICK_SEEDS))
+    assert sorted(a.seed.unique()) == [0, 1] == list(range(common.QUICK_SEEDS))
     assert len(a) == 2 * 2 * 2  # contexts × seeds × policies
     fig = throughput.plot(a, _tiny(tmp_path))
     ax = fig.axes[0]
@@ -117,9 +117,87 @@ def test_b_totals_sit_on_their_bars(figures, tmp_path):
     _, out = figures
     b = pd.read_csv(out / "b_bubbles.csv")
     ax = bubbles.plot(b).axes[0]
-    totals = sorted(100 * (b.pipeline_bubble + b.dp_bubble).dropna())
-    ys = sorted(t.get_position()[1] for t in ax.texts)
-    assert ys == pytest.approx([v + 0.5 for v in totals])
+    per_bar = (100 * (b.pipeline_bubble + b.dp_bubble)).groupby([b.scenario, b.policy])
+    ys = sorted(t.get_position()[1] for t in ax.texts)   # on the whisker: the highest seed's total
+    assert ys == pytest.approx(sorted(v + 0.5 for v in per_bar.max().dropna()))
+    texts = sorted(t.get_text() for t in ax.texts)        # the label: the mean total over the seeds
+    assert texts == sorted(f"{v:.0f}%" for v in per_bar.mean().dropna())
+
+
+# every policy comparison: its CSV stem, the columns naming one plotted point and the plotted columns
+COMPARISONS = {"a": ("a_throughput_vs_context", ["policy", "context_len"], ["tokens_per_s_per_gpu"]),
+               "b": ("b_bubbles", ["scenario", "policy"], ["bubble_total", "pipeline_bubble", "dp_bubble",
+                                                     "pipeline_bubble_max"]),
+               "f": ("f_speedup_vs_cluster_size", ["policy", "num_gpus"], ["speedup", "tokens_per_s_per_gpu"]),
+               "g": ("g_efficiency", ["scenario", "policy"], ["efficiency"]),
+               "h": ("h_stragglers", ["model", "policy", "factor"], ["tokens_per_s_per_gpu"])}
+
+
+@pytest.mark.parametrize("key", sorted(COMPARISONS))
+def test_policy_comparisons_run_several_seeds_and_carry_their_spread(figures, key):
+    from dcpsim.experiments.figures import common
+
+    _, out = figures
+    stem, point, columns = COMPARISONS[key]
+    df = pd.read_csv(out / f"{stem}.csv", keep_default_na=False, na_values=["", "NaN", "nan"])
+    assert sorted(df.seed.unique()) == list(range(common.QUICK_SEEDS))
+    sizes = df.groupby(point).seed.nunique()
+    assert (sizes == common.QUICK_SEEDS).all() and len(df) == len(sizes) * common.QUICK_SEEDS
+    # the seeds draw different traces: somewhere the plotted value differs between seeds of one point
+    assert (df.groupby(point)[columns[0]].nunique() > 1).any()
+    for col in columns:
+        g = df.groupby(point)[col]
+        for stat in ("mean", "min", "max"):
+            want = g.transform(stat).where(g.transform("count") == common.QUICK_SEEDS)
+            got = df[f"{col}_seed_{stat}"]
+            assert np.allclose(got, want, equal_nan=True, rtol=1e-12), (col, stat)
+        lo, mean, hi = (df[f"{col}_seed_{stat}"] for stat in ("min", "mean", "max"))
+        ok = mean.notna()
+        assert ok.any() and (lo[ok] <= mean[ok] + 1e-12).all() and (mean[ok] <= hi[ok] + 1e-12).all()
+
+
+def test_spread_columns_keep_the_metrics_own_max_columns(figures):
+    from dcpsim.experiments.figures.common import with_spread
+
+    _, out = figures
+    b = pd.read_csv(out / "b_bubbles.csv")
+    ok = b[b.ok]   # each row keeps its own seed's worst rank, at least the mean rank's bubble
+    assert (ok.pipeline_bubble_max >= ok.pipeline_bubble - 1e-12).all()
+    df = pd.DataFrame({"policy": ["x", "x"], "seed": [0, 1], "v": [1.0, 3.0], "v_seed_max": [0.0, 0.0]})
+    with pytest.raises(ValueError, match="'v_seed_max' would overwrite"):
+        with_spread(df, ["policy"], ["v"])
+    got = with_spread(df.drop(columns="v_seed_max"), ["policy"], ["v"])
+    assert list(got.v_seed_mean) == [2.0, 2.0] and list(got.v_seed_min) == [1.0, 1.0]
+    assert list(got.v_seed_max) == [3.0, 3.0]
+
+
+def test_policy_comparisons_draw_the_spread(figures, tmp_path):
+    from matplotlib.collections import PolyCollection
+    from matplotlib.container import ErrorbarContainer
+
+    from dcpsim.experiments.figures import bubbles, efficiency, scaling, stragglers
+
+    _, out = figures
+    sc = _tiny(tmp_path)
+    read = {k: pd.read_csv(out / f"{v[0]}.csv", keep_default_na=False, na_values=["", "NaN", "nan"])
+            for k, v in COMPARISONS.items()}
+    bars = {"b": bubbles.plot(read["b"]), "g": efficiency.plot(read["g"], [sc])}
+    bands = {"f": scaling.plot(read["f"], sc), "h": stragglers.plot(read["h"], sc)}
+    for key, fig in bars.items():
+        ax = fig.axes[0]
+        assert any(isinstance(c, ErrorbarContainer) for c in ax.containers), key
+        assert "mean of 2 trace seeds" in ax.get_title(), key
+    g = read["g"]   # g's bars are the mean efficiency over the seeds
+    heights = [p.get_height() for p in bars["g"].axes[0].patches if np.isfinite(p.get_height())]
+    for v in g.groupby(["scenario", "policy"]).efficiency.mean().dropna():
+        assert any(abs(h - v) <= 1e-9 for h in heights), v
+    for key, fig in bands.items():
+        assert all(any(isinstance(c, PolyCollection) for c in ax.collections) for ax in fig.axes), key
+        assert "mean of 2 trace seeds; bands: min–max" in fig.texts[0].get_text(), key
+    h = read["h"]   # h's lines are the mean throughput over the seeds
+    line = next(ln for ln in bands["h"].axes[0].get_lines() if ln.get_label() == "mcore-dcp")
+    want = h[(h.model == "one slow rank") & (h.policy == "mcore-dcp")].groupby("factor").tokens_per_s_per_gpu.mean()
+    assert np.allclose(line.get_ydata(), want.sort_index().to_numpy())
 
 
 def test_c_skew_stands_alone_without_the_figure_letter_and_counts_microbatches(figures, tmp_path):

@@ -48,7 +48,7 @@ def test_benchmarks_run_by_a_python_without_dcpsim_say_which_python_in_one_line(
     from pathlib import Path
 
     bench = Path(__file__).resolve().parents[2] / "experiments" / "bench"
-    for script in ("startup.py", "sim.py", "scheduler.py", "replay.py", "sweep.py"):
+    for script in ("startup.py", "sim.py", "scheduler.py", "replay.py", "sweep.py", "estimate.py"):
         r = subprocess.run([sys.executable, "-S", "-I", str(bench / script), "--help"], capture_output=True,
                            text=True, cwd=bench.parent.parent)
         assert r.returncode == 2 and r.stdout == "", (script, r.stderr)

@@ -106,3 +106,45 @@ def test_a_huge_grid_is_refused_up_front_with_the_limit(tmp_path, capsys):
     assert main(["sweep", str(g), "-o", str(tmp_path / "out"), "--no-progress"]) == 2
     assert "tasks is above the limit" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_first_line_comes_before_the_tasks_are_built_and_names_the_cap(tmp_path, monkeypatch, capsys):
+    from dcpsim.experiments.sweep import driver
+    from dcpsim.experiments.sweep.grid import Sweep
+
+    class Stop(Exception):
+        pass
+
+    said: list[str] = []
+    seen_when_built: list[int] = []
+    real = Sweep.tasks
+
+    def tasks(self):
+        seen_when_built.append(len(said))
+        return real(self)
+
+    monkeypatch.setattr(Sweep, "tasks", tasks)
+    g = tmp_path / "g.toml"
+    g.write_text('base = "default"\npolicies = ["static-cp"]\n[set]\nglobal_batch_tokens = 262144\n'
+                 'context_len = 32768\n[grid]\npool = [4, 8]\n')
+    driver.run_sweep(load_sweep(g), tmp_path / "out", workers=1, log=said.append)
+    assert seen_when_built == [1]   # one line was out before any task was built
+    assert said[0] == f"2 points x 1 policies = 2 tasks (at most {MAX_TASKS:,} per sweep)"
+    assert said[1].startswith("0 stored, 2 to run on 1 worker(s); code ")
+    # a big grid's first line says how long building takes (KEY_S per task), before building
+    big = tmp_path / "big.toml"
+    big.write_text('base = "default"\npolicies = ["static-cp", "hydra"]\nseeds = ' + str(list(range(100)))
+                   + "\n[grid]\nmax_tokens_per_rank = " + str(list(range(20000, 20100))) + "\n")
+
+    def stop(self):
+        raise Stop
+
+    monkeypatch.setattr(Sweep, "tasks", stop)
+    said.clear()
+    with pytest.raises(Stop):
+        driver.run_sweep(load_sweep(big), tmp_path / "big-out", workers=1, log=said.append)
+    assert said == [f"10000 points x 2 policies = 20000 tasks (at most {MAX_TASKS:,} per sweep); making their "
+                    f"keys, about {20000 * driver.KEY_S:.0f} s"]
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    assert f"at most {MAX_TASKS:,} tasks" in " ".join(capsys.readouterr().out.split())
