@@ -110,3 +110,17 @@ def test_gpus_without_a_shipped_calibration_take_the_h100_fits_gemm_efficiency()
         assert cal.gemm.peak_tflops == pytest.approx(fraction * gpu.peak_bf16_tflops, rel=1e-12)
         assert published_calibration(gpu).gemm.peak_tflops == pytest.approx(0.8 * gpu.peak_bf16_tflops)
         assert f"{fraction:.1%} of peak" in cal.source
+
+
+@pytest.mark.parametrize("model, tp, ep, etp", [("llama3-8b", 1, 1, None), ("llama3-70b", 8, 1, None),
+                                               ("qwen3-30b-a3b", 2, 4, 1), ("qwen3-30b-a3b", 1, 8, None)])
+def test_affine_stage_time_is_the_gemm_by_gemm_sum(model, tp, ep, etp):
+    """gemm.stage_s (the sum taken at 0 and 1 token, applied as an affine function) equals the plain sum of
+    every GEMM's math and traffic (gemm.stage_sum_s) on every stage, dense and MoE, to rounding."""
+    job = JobSpec(model=get_model(model), gpu=get_gpu("h100"), tp=tp, pp=2, pool=8, ep=ep, etp=etp)
+    tokens = np.array([[1.0, 17.0, 4096.0], [65536.0, 3.5, 250000.0]])
+    for stage in range(job.pp):
+        fast, plain = gemm.stage_s(job, tokens, stage, 671.6), gemm.stage_sum_s(job, tokens, stage, 671.6)
+        for f, p in zip(fast, plain):
+            assert f.shape == tokens.shape
+            np.testing.assert_allclose(f, p, rtol=1e-12, atol=0.0)

@@ -4,8 +4,9 @@ Cases: the default scenario (``dcpsim compare``'s) and every shipped scenario (e
 seeds 0, 1 and 2, every iteration of each
 (HyDra with the scenario's own policy options), and the scheduling benchmark's cells (n sequences of the 256k
 preset over W ranks; llama3-8b on H200, TP 1, PP 4; a per-rank budget for about 8 microbatches on memory alone)
-with three option sets. A case's fingerprint is the SHA-256 of its plans' JSON (``Plan.to_json``) in iteration
-order, so any change to any group, rank, engine or microbatch of any plan changes it.
+with three option sets. A case's fingerprint is the SHA-256 of its plans' JSON (``Plan.to_dict``, the floats of
+its ``meta`` at 10 significant digits) in iteration order, so any change to any group, rank, engine or
+microbatch of any plan changes it, and last-bit rounding of the planner's estimates does not.
 
 Regenerate (only in a commit that says why the plans changed, with the efficiency check of docs/hydra.md):
 
@@ -27,10 +28,24 @@ BENCH_CELLS = ((512, 64), (2048, 256), (2048, 64), (8192, 1024))
 BENCH_OPTIONS = ("", "degrees=pow2", "cp_engine=ring,tolerance=0.1")
 
 
+def _rounded(value):
+    """``value`` with every float at 10 significant digits: the planner's own estimates in ``Plan.meta``
+    (target, caps, estimated time) then ignore last-bit rounding of the cost model's arithmetic."""
+    if isinstance(value, float):
+        return float(f"{value:.10g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def _digest(plans) -> str:
     h = hashlib.sha256()
     for plan in plans:
-        h.update(plan.to_json().encode())
+        d = plan.to_dict()
+        d["meta"] = _rounded(d["meta"])
+        h.update(json.dumps(d, sort_keys=True).encode())
         h.update(b"\n")
     return h.hexdigest()
 
