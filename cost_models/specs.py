@@ -315,7 +315,10 @@ class JobSpec:
     pool: int = 8
     context_len: int = 32768
     global_batch_tokens: int = 1 << 20
-    memory_reserve_gb: float = 6.0  # CUDA context, NCCL buffers, fragmentation
+    # CUDA context, NCCL buffers, allocator fragmentation: not measured here; an upper bound comes from the
+    # dgxc rows that ran (tests/cost_models/test_dgxc_memory.py): each fits with a reserve up to 8.1 GB (D6,
+    # the tightest), so 6 GB admits them all; a run's own peak (torch.cuda.max_memory_reserved) replaces it.
+    memory_reserve_gb: float = 6.0
     max_tokens_per_rank: int | None = None
     ep: int = 1  # expert-parallel degree, carved from the pool (Megatron-Core: EP inside DP x CP)
     # Expert-tensor-parallel degree, Megatron's --expert-tensor-parallel-size: the routed experts are sharded over

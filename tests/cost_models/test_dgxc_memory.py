@@ -117,3 +117,12 @@ def test_in_flight_depth_is_the_schedules(row_id):
     peak = peak_tokens_in_flight(flatten(plan, batch), job.pp, job.vpp, shares)
     for s in range(job.pp):
         assert float(peak[s].max()) == pytest.approx(in_flight(job, s) * r.tokens_per_rank, rel=1e-12)
+
+
+def test_the_reserve_is_below_what_every_published_run_left_free():
+    """JobSpec.memory_reserve_gb (6 GB) is at most what the tightest published configuration leaves beside its
+    model states and activations (D6: 8.1 GB); the spec's comment quotes that bound."""
+    slack = min(r.job().gpu.hbm_gb * 1e9 - max(memory_breakdown(r.job(), s, r.tokens_per_rank, cp=r.cp > 1).total
+                                                 for s in range(r.pp)) for r in ROWS.values())
+    reserve = ROWS["D1"].job().memory_reserve_gb
+    assert 0.0 <= slack and reserve + slack / 1e9 == pytest.approx(8.1, abs=0.05)
