@@ -153,7 +153,7 @@ def compare_policies(sc: Scenario, policies: str | None = None, bars: Bars | Non
     the last ``warn`` hears the time so far and the estimate of what is left."""
     from dcpsim.experiments.runtime_estimate import duration, long_run_warning, run_seconds
 
-    specs = parse_policy_specs(policies or ",".join(sc.policies))
+    specs = parse_policy_specs(",".join(sc.policies) if policies is None else policies)
     sc = sc.with_(policies=tuple(s.label for s in specs))
     cost_model = sc.cost_model()
     batches = sc.batches()

@@ -43,7 +43,11 @@ def parse_policy_specs(text: str) -> list[PolicySpec]:
             raw[k.strip().replace("-", "_")] = v.strip()
         options = parse_options(name.strip(), raw, from_text=True)
         create_policy(name.strip(), **options)  # what only the whole set can say (e.g. legacy min_cp_size)
-        specs.append(PolicySpec(name.strip(), options))
+        spec = PolicySpec(name.strip(), options)
+        if any(s.label == spec.label for s in specs):
+            raise PolicyError(f"policy {spec.label!r} is given twice in {text!r}; name each policy (with its "
+                              "options) once")
+        specs.append(spec)
     if not specs:
         raise PolicyError("no policy given; e.g. --policies static-cp,mcore-dcp,hydra")
     return specs

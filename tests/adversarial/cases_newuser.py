@@ -10,6 +10,10 @@ from tests.adversarial.corpus import DIRECTORY, Case
 SMALL = ("--global-batch-tokens", "1048576", "--no-progress")
 
 CASES = [
+    Case("new-policies-empty", ("compare", "--policies", "", *SMALL),
+         "no policy given; e.g. --policies static-cp,mcore-dcp,hydra"),
+    Case("new-policies-twice", ("compare", "--policies", "hydra,static-cp,hydra", *SMALL),
+         "policy 'hydra' is given twice in 'hydra,static-cp,hydra'; name each policy (with its options) once"),
     Case("new-slow-rank-infinite", ("compare", "--slow-ranks", "s0r0=inf", *SMALL),
          "slow_ranks: 's0r0=inf': factor 'inf' is invalid: a slow-down factor ≥ 1"),
     Case("new-max-seqlen-per-rank-zero", ("compare", "--max-seqlen-per-rank", "0", *SMALL),
