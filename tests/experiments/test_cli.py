@@ -39,9 +39,14 @@ def test_same_scenario_and_seed_give_identical_json(capsys):
 
 
 def test_compare_table_has_ratio_to_first(capsys):
-    assert main(["compare", *SMALL, "--policies", "static-cp,static-cp"]) == 0
+    """'x first' is each policy's throughput over the first's: 1.00x on the first row, the inverse ratio of
+    iteration times on the next."""
+    assert main(["compare", *SMALL, "--policies", "static-cp,hydra"]) == 0
     out = capsys.readouterr().out
-    assert "x first" in out and out.count("1.00x") == 2
+    assert "x first" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("static-cp ", "hydra "))}
+    assert rows["static-cp"][3] == "1.00x"
+    assert rows["hydra"][3] == f"{float(rows['static-cp'][1]) / float(rows['hydra'][1]):.2f}x"
 
 
 def test_simulate_writes_plan_and_timeline(tmp_path, capsys):
