@@ -27,9 +27,10 @@ one microbatch), per MoE layer, forward:
   (gradients of dispatch and combine travel the same way). Fully exposed (Megatron-Core overlaps the EP
   all-to-all only with its ``--overlap-moe-expert-parallel-comm`` schedule, off by default).
 * Backward compute: 2x forward, as every GEMM.
-* Recomputation (``JobSpec.moe_recompute``, on by default; Megatron-Core ``--recompute-granularity selective
-  --recompute-modules moe``): the MoE part keeps only its input and runs its forward again in the backward
-  (one more forward of the router and experts, and the dispatch and combine all-to-alls again). This is what
+* Recomputation (``JobSpec.moe_recompute``, on by default in dcpsim, while in Megatron-Core it is opt-in:
+  ``--recompute-granularity selective --recompute-modules moe``): the MoE part keeps only its input and runs its
+  forward again in the backward (one more forward of the router and experts, and the dispatch and combine
+  all-to-alls again). This is what
   makes long contexts fit: without it a token keeps k · (2h + 6 f_e) bytes per MoE layer for its experts
   (Qwen3-30B-A3B: 70 KB, as much as the whole dense part of the layer).
 

@@ -1,7 +1,9 @@
 """The dgxc-benchmarking NeMo BF16 recipe rows (cost_models/data/measured/dgxc_recipes_bf16.csv) as dcpsim jobs.
 
 Each row runs as published: TP, PP, CP, DP, VP, sequence length, micro batch size (a context window of
-mbs · seq_len tokens), global batch; recompute as the tables state it (none listed: none); TP overlap where
+mbs · seq_len tokens), global batch; recompute as the tables state it (none listed: none; for Grok-1, the one
+MoE row, that includes the MoE layers: grok1_314b.yaml sets no recompute, so ``moe_recompute`` is off, as
+Megatron-Core's opt-in ``--recompute-modules moe`` is by default); TP overlap where
 the source enables it. What the tables do not state, from NeMo's recipes (nemo/collections/llm/recipes/*.py,
 ``pretrain_recipe`` / ``pretrain_performance_optimizations``):
 
@@ -96,6 +98,7 @@ class Row:
                       "global_batch_tokens": self.gbs * self.seq_len,
                       "tp_comm_overlap": TP_OVERLAP_HIDDEN if self.tp_overlap else 0.0,
                       "grad_reduce_in_fp32": False, "overlap_grad_reduce": True, "overlap_param_gather": True,
+                      "moe_recompute": False,
                       **SPLIT.get(self.model, {})}
         fields.update(changes)
         return JobSpec(**fields)
