@@ -72,10 +72,12 @@ def plot(df: pd.DataFrame) -> Figure:
         if note:
             ax.errorbar(xs, top, yerr=[top - total["min"].to_numpy(), total["max"].to_numpy() - top], fmt="none",
                         ecolor="black", elinewidth=0.9, capsize=2.5, zorder=3)
-        ax.scatter(xs, tick["mean"].to_numpy(), marker="_", s=120, color="black", zorder=3)
-        for xi, t, hi in zip(xs, top, total["max"].to_numpy()):
-            if np.isfinite(t):   # the total sits on its bar's whisker (the max-rank tick may be above or below)
-                ax.text(xi, hi + 0.5, f"{t:.0f}%", ha="center", va="bottom", fontsize=7, zorder=4,
+        # the worst rank's pipeline bubble: a white diamond, unlike the whisker's caps
+        ax.scatter(xs, tick["mean"].to_numpy(), marker="D", s=18, facecolor="white", edgecolor="black",
+                   linewidth=0.9, zorder=4)
+        for xi, t, hi, tk in zip(xs, top, total["max"].to_numpy(), tick["mean"].to_numpy()):
+            if np.isfinite(t):   # the total's label above its whisker and the max-rank diamond
+                ax.text(xi, np.nanmax([hi, tk]) + 1.0, f"{t:.0f}%", ha="center", va="bottom", fontsize=7, zorder=4,
                         bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none",
                               "alpha": 0.8})   # legible where the max-rank tick crosses it
     labels = [f"{s}\n({int(df[df.scenario == s].num_gpus.iloc[0]):,} GPUs)" for s in scenarios]
@@ -91,8 +93,8 @@ def plot(df: pd.DataFrame) -> Figure:
     handles: list[Artist] = [Patch(facecolor=policy_colour(p, policies), edgecolor="black", label=p) for p in policies]
     handles += [Patch(facecolor="white", edgecolor="black", label="pipeline bubble (mean)"),
                 Patch(facecolor="white", edgecolor="black", hatch="///", label="DP bubble (mean)"),
-                Line2D([], [], color="black", marker="_", linestyle="none", markersize=10,
-                       label="pipeline bubble (max rank)")]
+                Line2D([], [], marker="D", markerfacecolor="white", markeredgecolor="black", linestyle="none",
+                       markersize=5, label="pipeline bubble (max rank)")]
     ax.legend(handles=handles, fontsize=7.5, loc="upper left", ncol=2)
     ax.set_title("(b) Pipeline and data-parallel bubbles per policy (one iteration; labels: total"
                  + (f"; {note} of the total)" if note else ")"), fontsize=10)

@@ -71,7 +71,9 @@ def plot(df: pd.DataFrame, scenarios: list[Scenario]) -> Figure:
                         ecolor="black", elinewidth=0.8, capsize=1.5)
         for xi, v, hi in zip(xs, d["mean"], d["max"]):
             if np.isfinite(v):
-                ax.text(xi, hi + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=6.5, rotation=90)
+                ax.text(xi, hi + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=6.5, rotation=90, zorder=4,
+                        bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none",
+                              "alpha": 0.85})   # legible where it reaches the dashed 1.0 line
             else:
                 ax.text(xi, 0.02, "failed", ha="center", va="bottom", fontsize=6.5, rotation=90)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")

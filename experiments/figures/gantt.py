@@ -123,8 +123,9 @@ def plot(df: pd.DataFrame, sc: Scenario) -> Figure:
     fig.supylabel(f"pool ranks {which} (of {sc.pool}) at each stage", fontsize=9)
     from matplotlib.patches import Patch
 
-    handles = [Patch(color=c, label=lab) for lab, c in CATEGORIES.values()] + [
-        Patch(color=IDLE_COLOUR, label="idle (pipeline bubble)")]
+    present = set(df["category"]) if len(df) else set(CATEGORIES)
+    handles = [Patch(color=c, label=lab) for cat, (lab, c) in CATEGORIES.items() if cat in present] + [
+        Patch(color=IDLE_COLOUR, label="idle (pipeline bubble)")]  # only what the panels show
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(f"(e) One iteration's pipeline timeline per policy — {sc.name} ({sc.model}, {sc.num_gpus:,} "
                  f"GPUs, PP {sc.pp}, pool {sc.pool}, context {sc.context_len:,})", fontsize=10)
