@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dcpsim.policies.hydra.degrees import cell_degrees
-from dcpsim.policies.hydra.order import best_makespans
+from dcpsim.policies.hydra.order import best_order
 from dcpsim.policies.hydra.work import WorkGrid
 
 
@@ -289,13 +289,12 @@ def choose_target(ts: TargetSearch, num_microbatches: int | None = None, span: i
             break
     est = [ch.estimate_s for ch in cands]
     # With heavy microbatches, Σh + (p−1)·max h over-counts what a good order hides: score the close
-    # candidates with the 1F1B recurrence at their best heavy position instead (one recurrence sweep).
+    # candidates with the 1F1B recurrence at their best heavy position instead.
     close = sorted((e, i) for i, e in enumerate(est) if cands[i].m_heavy and e <= REFINE_WITHIN * low)
-    refine = sorted(i for _, i in close[:REFINE_MAX])
-    problems = [(np.concatenate([cands[i].heavy_heights, np.full(cands[i].m_light, cands[i].level)]),
-                 np.arange(cands[i].m_heavy + cands[i].m_light) < cands[i].m_heavy, 0) for i in refine]
-    for i, t in zip(refine, best_makespans(problems, ts.pp)):
-        est[i] = t
+    for i in sorted(i for _, i in close[:REFINE_MAX]):
+        c = cands[i]
+        est[i] = best_order(np.concatenate([c.heavy_heights, np.full(c.m_light, c.level)]),
+                            np.arange(c.m_heavy + c.m_light) < c.m_heavy, ts.pp)[1]
     best = 0  # the first of the smallest
     for i, t in enumerate(est):
         if t < est[best] * (1 - 1e-9):
