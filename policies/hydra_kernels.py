@@ -6,13 +6,17 @@ random inputs, and whole plans with and without them). They run when numba impor
 ``DCPSIM_KERNELS`` is not ``0``; otherwise ``ON`` is False and the plain code runs. Compiled once per machine
 (``cache=True``: the first plan of a process loads them, the first one on a machine compiles them, seconds).
 
-=======================  ===============================  ============================================
-twin                     plain reference                  plan time saved at 2,048 × 256 (docs/hydra.md §8)
-=======================  ===============================  ============================================
-``sweep``                ``order.makespans_many``         13.6–16.2% (the 1F1B recurrence, level by level)
-``balance``              ``order.balance_columns``        see docs/hydra.md §8 (the mirroring)
-``fill``                 ``fill.Fill.put``                7.0–9.0% (the fill's largest-first loop)
-=======================  ===============================  ============================================
+Plan time at the 2,048 × 256 benchmark cell (docs/hydra.md §8; one process, the twins on and off in turn, best
+of 25, 2026-12-02): plain 18.35 and 18.22 ms, all three twins 13.34 and 13.09 ms (−27%, −28%). Each one's share,
+as the extra plan time without it, of the plain time:
+
+===========  ==============================  ===================================================
+twin         plain reference                 without it
+===========  ==============================  ===================================================
+``sweep``    ``order.makespans``             +11–14% (the 1F1B recurrence, level by level)
+``balance``  ``order.balance_columns``       +2–5% (the mirroring; numpy's pairwise block sums)
+``fill``     ``fill.Fill.put``               +7% (the fill's largest-first loop)
+===========  ==============================  ===================================================
 """
 
 from __future__ import annotations
@@ -28,17 +32,22 @@ if TYPE_CHECKING:
     from dcpsim.policies.hydra.fill import Fill
 
 ON = importlib.util.find_spec("numba") is not None and os.environ.get("DCPSIM_KERNELS", "1") != "0"
-if ON:
-    import numba
+_JITTED: dict = {}
 
 
-def _compiled(f):
-    return numba.njit(cache=True)(f) if ON else f
+def _jitted() -> dict:
+    """The twins compiled (or loaded from numba's cache) on first use, numba imported only then (start-up stays
+    light); each replaces its plain-Python source in this module, so that ``_balance`` calls the compiled
+    ``_pairwise``."""
+    if not _JITTED:
+        import numba
+        for name in ("_pairwise", "_sweep", "_balance", "_fill_put"):
+            globals()[name] = _JITTED[name] = numba.njit(cache=True)(globals()[name])
+    return _JITTED
 
 
-@_compiled
 def _sweep(H, phase, mb, stage, dep, prev, phi, scale):
-    """``makespans_many``'s recurrence for every row of H, operation by operation in level order (the schedule's
+    """``order.makespans``'s recurrence for every row of H, operation by operation in level order (the schedule's
     arrays as ``order._schedule`` returns them; ``scale``: every stage's factor, ones for none)."""
     n = len(phase)
     end = np.zeros(n + 1)  # the last entry stays 0: the target of "none"
@@ -53,12 +62,12 @@ def _sweep(H, phase, mb, stage, dep, prev, phi, scale):
 
 def sweep(H: np.ndarray, schedule: tuple[np.ndarray, ...], p: int, phi: float,
           stage_scale: np.ndarray | None) -> np.ndarray:
+    """``order.makespans(H, p, phi, stage_scale)`` of one [C, m] matrix, ``schedule`` = ``order._schedule(m, p)``."""
     phase, mb, stage, _, dep, prev = schedule
     scale = np.ones(p) if stage_scale is None else np.asarray(stage_scale, dtype=np.float64)
-    return _sweep(H, phase, mb, stage, dep, prev, phi, scale)
+    return _jitted()["_sweep"](H, phase, mb, stage, dep, prev, phi, scale)
 
 
-@_compiled
 def _pairwise(a, lo, n):
     """numpy's sum of the float64s a[lo:lo + n] (its pairwise summation: 8 accumulators, halves above 128)."""
     if n < 8:
@@ -80,7 +89,6 @@ def _pairwise(a, lo, n):
     return _pairwise(a, lo, n2) + _pairwise(a, lo + n2, n - n2)
 
 
-@_compiled
 def _balance(loads, slow, slowed):
     """``balance_columns`` (its docstring) of loads [m, W], W a power of two above 1; ``slowed``: ``slow`` [W] holds
     the ranks' factors (else ones)."""
@@ -110,11 +118,12 @@ def _balance(loads, slow, slowed):
 
 
 def balance(loads: np.ndarray, slow: np.ndarray | None) -> np.ndarray:
+    """``order.balance_columns(loads, slow)`` on a pool of a power of two above 1 ranks."""
     W = loads.shape[1]
-    return _balance(loads, np.ones(W) if slow is None else np.asarray(slow, dtype=np.float64), slow is not None)
+    return _jitted()["_balance"](loads, np.ones(W) if slow is None else np.asarray(slow, dtype=np.float64),
+                                  slow is not None)
 
 
-@_compiled
 def _fill_put(L, work, mask, lim, csz, mb0, first0, cap0, load0, tok0, cls0, fc, W, cf, ovh_f, tau, tol, bslow, k):
     """``Fill.put`` of every fill sequence in turn (their classes as bit masks); a new microbatch (number k on, its
     height returned) opened as ``Fill.new_microbatch`` opens it. Returns each sequence's bin, the bins' arrays,
@@ -189,9 +198,9 @@ def fill(f: Fill, mask: np.ndarray) -> None:
     pk, cf = f.pk, f.cf
     bslow = np.ones(pk.W // cf) if pk.slow is None else pk.slow[:pk.W // cf * cf].reshape(-1, cf).max(axis=1)
     mb, first, cls = (np.asarray(x, dtype=np.int64) for x in (f.mb, f.first, f.cls))
-    out = _fill_put(np.asarray(f.L), f.work, mask, f.lim, np.asarray(f.csz), mb, first, np.asarray(f.cap),
-                    np.asarray(f.load), np.asarray(f.tok), cls, f.fc, pk.W, cf, f.ovh_f, pk.tau, pk.tol, bslow,
-                    len(pk.caps))
+    out = _jitted()["_fill_put"](np.asarray(f.L), f.work, mask, f.lim, np.asarray(f.csz), mb, first,
+                                 np.asarray(f.cap), np.asarray(f.load), np.asarray(f.tok), cls, f.fc, pk.W, cf,
+                                 f.ovh_f, pk.tau, pk.tol, bslow, len(pk.caps))
     f.where, f.mb, f.first, f.cap, f.load, f.tok, f.cls = (x.tolist() for x in out[:7])
     f.waits = out[7]
     for h in out[8].tolist():
