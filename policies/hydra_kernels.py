@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dcpsim.policies.errors import PolicyError
+
 if TYPE_CHECKING:
     from dcpsim.policies.hydra.fill import Fill
 
@@ -40,7 +42,11 @@ def _jitted() -> dict:
     light); each replaces its plain-Python source in this module, so that ``_balance`` calls the compiled
     ``_pairwise``."""
     if not _JITTED:
-        import numba
+        try:
+            import numba
+        except ImportError as e:  # installed but broken (e.g. built for another numpy): say so, once
+            raise PolicyError(f"numba is installed but does not import ({e}); reinstall it, uninstall it, or set "
+                              "DCPSIM_KERNELS=0 to plan with the plain code") from None
         for name in ("_pairwise", "_sweep", "_balance", "_fill_put"):
             globals()[name] = _JITTED[name] = numba.njit(cache=True)(globals()[name])
     return _JITTED

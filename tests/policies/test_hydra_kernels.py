@@ -113,3 +113,16 @@ def test_plans_with_the_twins_are_the_plain_plans(monkeypatch, seed: int) -> Non
         for options in ({}, {"degrees": "any"}):
             fast, plain = both(monkeypatch, create_policy("hydra", **options).plan, GlobalBatch.of(lengths), job, cm)
             assert fast.to_json() == plain.to_json(), (w, options)
+
+
+def test_a_numba_that_does_not_import_is_one_clear_error(monkeypatch) -> None:
+    """numba found but broken (here: its import fails) is a PolicyError naming the way out, not a traceback deep in
+    a plan."""
+    import sys
+
+    from dcpsim.policies.errors import PolicyError
+
+    monkeypatch.setattr(hydra_kernels, "_JITTED", {})
+    monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
+    with pytest.raises(PolicyError, match="DCPSIM_KERNELS=0"):
+        makespans(np.ones((1, 3)), 2)
