@@ -7,15 +7,15 @@ random inputs, and whole plans with and without them). They run when numba impor
 (``cache=True``: the first plan of a process loads them, the first one on a machine compiles them, seconds).
 
 Plan time at the 2,048 × 256 benchmark cell (docs/hydra.md §8; one process, the twins on and off in turn, best
-of 25, 2026-12-02): plain 18.35 and 18.22 ms, all three twins 13.34 and 13.09 ms (−27%, −28%). Each one's share,
-as the extra plan time without it, of the plain time:
+of 25, four runs, 2026-12-02): plain 18.35, 18.22, 20.34, 19.44 ms, all three twins 13.34, 13.09, 14.41,
+13.79 ms (−27% to −29%). Each one's share, as the extra plan time without it, of the plain time:
 
 ===========  ==============================  ===================================================
 twin         plain reference                 without it
 ===========  ==============================  ===================================================
-``sweep``    ``order.makespans``             +11–14% (the 1F1B recurrence, level by level)
-``balance``  ``order.balance_columns``       +2–5% (the mirroring; numpy's pairwise block sums)
-``fill``     ``fill.Fill.put``               +7% (the fill's largest-first loop)
+``sweep``    ``order.makespans``             +11–16% (the 1F1B recurrence, level by level)
+``balance``  ``order.balance_columns``       +2–6% (the mirroring; numpy's pairwise block sums)
+``fill``     ``fill.Fill.put``               +6–7% (the fill's largest-first loop)
 ===========  ==============================  ===================================================
 """
 
