@@ -223,7 +223,7 @@ SUBSTITUTE = {
 EXCLUDE = {
     "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/dcpsim compare":
         "the install itself: .ci/run installs and runs dcpsim compare",
-    'python3 -m venv .venv && .venv/bin/pip install -q -e ".[test,runtime,ray]" "torch==2.13.0" && '
+    'python3 -m venv .venv && .venv/bin/pip install -q -e ".[test,runtime,ray,fast]" "torch==2.13.0" && '
     ".venv/bin/python -m pytest -q": "the README's test command: .ci/run runs it",
     'pip install "dcpsim[ray]"': "an install",
     "ray start --head --port 6379": "starts a Ray cluster's head node",

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dcpsim.policies import hydra_kernels
+
 if TYPE_CHECKING:
     from dcpsim.policies.hydra.placement import Packer
 
@@ -52,11 +54,8 @@ class Fill:
         # goes there (inf).
         self.work = np.full((self.nc, ns), np.inf)
         self.work[self.fc] = shares[small]
-        top = [-np.inf] * self.nc  # each class's largest room now
-        self.heaps: list[list[tuple[float, int]]] = [[] for _ in range(self.nc)]  # (load − capacity, bin)
-        for g, (c, cap, load) in enumerate(zip(self.cls, self.cap, self.load)):
-            top[c] = max(top[c], cap - load)
-            self.heaps[c].append((load - cap, g))
+        top = np.full(self.nc, -np.inf)  # each class's largest room now
+        np.maximum.at(top, np.asarray(self.cls, dtype=np.int64), np.subtract(self.cap, self.load))
         for cls, j in ci.items():
             if j != self.fc and ns:
                 est = fill_estimate(small, *cls)
@@ -65,10 +64,21 @@ class Fill:
         self.work_l = self.work.tolist()
         self.L = lengths[small].astype(np.float64).tolist() + [0.0]  # (and 0 after the last: "the next one")
         self.where = [-1] * ns
-        for h in self.heaps:
+        self.waits: np.ndarray | None = None  # the bins in the blocked heap after the compiled loop
+
+    def heap_up(self, waits: np.ndarray) -> None:
+        """Every bin into its class's heap, (load − capacity, bin), or where ``waits``, into the blocked heap,
+        (−longest sequence it can take, bin); each class's top."""
+        self.heaps: list[list[tuple[float, int]]] = [[] for _ in range(self.nc)]
+        self.blocked: list[tuple[float, int]] = []
+        for g, (c, cap, load, tok, w) in enumerate(zip(self.cls, self.cap, self.load, self.tok, waits.tolist())):
+            if w:
+                self.blocked.append((-(self.lim - tok) * self.csz[c], g))
+            else:
+                self.heaps[c].append((load - cap, g))
+        for h in [*self.heaps, self.blocked]:
             heapq.heapify(h)
         self.tops = [h[0][0] if h else INF for h in self.heaps]
-        self.blocked: list[tuple[float, int]] = []  # (−longest sequence it can take, bin)
 
     def new_microbatch(self, j: int) -> None:
         """A new microbatch, tall enough for sequence j on its first block even if slow; its free blocks."""
@@ -151,8 +161,10 @@ class Fill:
                                np.asarray([u for _, u in self.classes], dtype=np.int64)[oc])
         loads = np.asarray(self.load, dtype=np.float64)
         np.add.at(loads, where[other], exact - self.work[oc, other])  # in sequence order, as one by one
-        self.load = loads.tolist()
         back = other[(loads > np.asarray(self.cap) * (1 + 1e-12))[where[other]]].tolist()
+        if back and self.waits is not None:  # the compiled loop kept its heaps: these, with the loads it left
+            self.heap_up(self.waits)
+        self.load = loads.tolist()
         if back:  # some group is over (rare): its sequences leave at their exact work
             for j, x in zip(other.tolist(), exact.tolist()):
                 self.work_l[self.cls[self.where[j]]][j] = x
@@ -172,8 +184,12 @@ def fill(pk: Packer, small: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
     Returns the finished :class:`Fill`."""
     f = Fill(pk, small, lengths, shares, fill, fill_work, fill_estimate)
     # the classes each sequence may use at all (finite work), one list per distinct set
-    mask = (np.isfinite(f.work) << np.arange(f.nc)[:, None]).sum(axis=0).tolist()
-    cands = {m: [c for c in range(f.nc) if m >> c & 1] for m in set(mask)}
-    f.put(list(range(len(small))), [cands[m] for m in mask])
+    mask = (np.isfinite(f.work) << np.arange(f.nc)[:, None]).sum(axis=0)
+    if hydra_kernels.ON and len(small):  # the optional compiled twin (policies/hydra_kernels.py): these bins
+        hydra_kernels.fill(f, mask)
+    else:
+        cands = {m: [c for c in range(f.nc) if m >> c & 1] for m in set(mask.tolist())}
+        f.heap_up(np.zeros(len(f.cls), dtype=bool))
+        f.put(list(range(len(small))), [cands[m] for m in mask.tolist()])
     f.reprice()
     return f

@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from dcpsim.policies import hydra_kernels
 from dcpsim.policies.pipeline_order import one_f_one_b_position
 
 FORWARD_FRACTION = 0.3
@@ -70,33 +71,25 @@ def _schedule(m: int, p: int) -> tuple[np.ndarray, ...]:
     return phase[order], mb[order], stage[order], lv[order], new[dep_a[order]], new[prev_a[order]]
 
 
-def makespans_many(heights: list[np.ndarray], p: int, phi: float = FORWARD_FRACTION,
-                   stage_scale: np.ndarray | None = None) -> list[np.ndarray]:
-    """:func:`makespans` of each [C_i, m_i] height matrix of ``heights``."""
-    out = []
-    for h in heights:
-        H = np.atleast_2d(np.asarray(h, dtype=np.float64))
-        if H.shape[1] == 0:
-            out.append(np.zeros(H.shape[0]))
-            continue
-        phase, mb, stage, level, dep, prev = _schedule(H.shape[1], p)
-        dur = H.T[mb] * np.where(phase == 0, phi, 1.0 - phi)[:, None]  # [ops, C]
-        if stage_scale is not None:  # each stage at its share of the heights (the heaviest stage's time)
-            dur *= np.asarray(stage_scale, dtype=np.float64)[stage][:, None]
-        end = np.zeros((len(phase) + 1, H.shape[0]))  # the last row stays 0: the target of "none"
-        edges = np.searchsorted(level, np.arange(int(level[-1]) + 2)).tolist()
-        for a, b in zip(edges[:-1], edges[1:]):  # per level: end = max(end[dependency], end[previous]) + duration
-            end[a:b] = np.maximum(end[dep[a:b]], end[prev[a:b]]) + dur[a:b]
-        out.append(np.maximum(end.max(axis=0), 0.0))
-    return out
-
-
 def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
               stage_scale: np.ndarray | None = None) -> np.ndarray:
     """Makespan of one pipeline column for each row of ``heights`` [C, m] (one candidate order per row, per stage
     F + B; ``stage_scale`` [p]: each stage's time as a fraction of the heights, None: all at the heights): the
     recurrence end = max(end[dependency], end[previous]) + duration, level by level, all rows at once."""
-    return makespans_many([heights], p, phi, stage_scale)[0]
+    H = np.atleast_2d(np.asarray(heights, dtype=np.float64))
+    if H.shape[1] == 0:
+        return np.zeros(H.shape[0])
+    phase, mb, stage, level, dep, prev = _schedule(H.shape[1], p)
+    if hydra_kernels.ON:  # the optional compiled twin (policies/hydra_kernels.py): these numbers
+        return hydra_kernels.sweep(H, (phase, mb, stage, level, dep, prev), p, phi, stage_scale)
+    dur = H.T[mb] * np.where(phase == 0, phi, 1.0 - phi)[:, None]  # [ops, C]
+    if stage_scale is not None:  # each stage at its share of the heights (the heaviest stage's time)
+        dur *= np.asarray(stage_scale, dtype=np.float64)[stage][:, None]
+    end = np.zeros((len(phase) + 1, H.shape[0]))  # the last row stays 0: the target of "none"
+    edges = np.searchsorted(level, np.arange(int(level[-1]) + 2)).tolist()
+    for a, b in zip(edges[:-1], edges[1:]):  # per level: end = max(end[dependency], end[previous]) + duration
+        end[a:b] = np.maximum(end[dep[a:b]], end[prev[a:b]]) + dur[a:b]
+    return np.maximum(end.max(axis=0), 0.0)
 
 
 def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -141,16 +134,6 @@ def best_order(heights: np.ndarray, heavy: np.ndarray, p: int, ends: int = 0) ->
     return orders[j].tolist(), float(t[j])
 
 
-def best_makespans(problems: list[tuple[np.ndarray, np.ndarray, int]], p: int) -> list[float]:
-    """``best_order(heights, heavy, p, ends)[1]`` of each (heights, heavy, ends) of ``problems``, all
-    scored in one :func:`makespans_many` sweep."""
-    mats = []
-    for heights, heavy, ends in problems:
-        heights = np.asarray(heights, dtype=np.float64)
-        mats.append(heights[candidate_orders(heights, np.asarray(heavy, dtype=bool), p, ends)])
-    return [float(t.min()) for t in makespans_many(mats, p)]
-
-
 RAMP_FLOORS = (0.25, 0.5)  # the shortest ramp microbatch as a fraction of τ (candidates)
 
 
@@ -172,7 +155,7 @@ def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> li
     drains for the backwards of its last ones: short microbatches at both ends shrink that. Candidates ramp
     r = 1..min(p, ⌊m/3⌋) microbatches at each end (:func:`ramped`, each floor of ``RAMP_FLOORS``), the flat
     profile too; each is scored with the heavy block at its best position, never inside its ramps; every
-    profile × order of every request in one :func:`makespans_many` sweep."""
+    profile × order of a request in one :func:`makespans` sweep."""
     out: list[np.ndarray] = []
     mats: list[np.ndarray] = []
     todo: list[tuple[int, list[list[float]], np.ndarray]] = []  # (request, profiles, each one's first row)
@@ -191,7 +174,7 @@ def height_profiles(requests: list[tuple[int, float, np.ndarray]], p: int) -> li
                 for x, r in zip(profiles, ramps)]
         mats.append(np.concatenate(rows))
         todo.append((q, profiles, np.cumsum([0] + [len(x) for x in rows[:-1]])))
-    for (q, cands, first), t in zip(todo, makespans_many(mats, p) if mats else []):
+    for (q, cands, first), t in zip(todo, [makespans(x, p) for x in mats]):
         scores = np.minimum.reduceat(t, first)
         out[q] = np.array(cands[int(np.argmin(scores * (1 + 1e-9 * np.arange(len(scores)))))], dtype=np.float64)
     return out
@@ -208,6 +191,8 @@ def balance_columns(loads: np.ndarray, slow: np.ndarray | None = None) -> np.nda
     pos = np.tile(np.arange(W), (m, 1))
     if W & (W - 1) or W == 1:
         return pos
+    if hydra_kernels.ON:  # the optional compiled twin (policies/hydra_kernels.py): this ``pos``
+        return hydra_kernels.balance(np.asarray(loads, dtype=np.float64), slow)
     total = np.zeros(W)
     for k in range(m):
         idx = np.arange(W)  # idx[new position] = old rank
