@@ -205,9 +205,6 @@ SUBSTITUTE = {
                                                         "the default grid runs to n = 32768, W = 4096: minutes"),
     "python experiments/bench/sim.py": ("python experiments/bench/sim.py --scenarios h100-512-256k --repeats 1",
                                         "three repeats up to 11,264 GPUs"),
-    "time .venv/bin/python experiments/bench/sim.py": (
-        "time .venv/bin/python experiments/bench/sim.py --scenarios h100-512-256k --repeats 1",
-        "three repeats up to 11,264 GPUs"),
     "python experiments/bench/startup.py": ("python experiments/bench/startup.py --runs 3",
                                             "15 runs of three commands: ~15 s"),
     "python experiments/bench/replay.py": ("python experiments/bench/replay.py --iterations 100",
