@@ -32,7 +32,7 @@ def parse_policy_specs(text: str) -> list[PolicySpec]:
 
     Values are typed by the policy's options (``cp_degree=4`` is an int, ``none`` is None where an option
     may be None); an unknown policy or option, or a value its type rejects, is a :class:`PolicyError`."""
-    specs = []
+    specs: list[PolicySpec] = []
     for item in [t.strip() for t in text.split(",") if t.strip()]:
         name, *opts = item.split(":")
         raw: dict[str, str] = {}
