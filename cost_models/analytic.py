@@ -1,7 +1,7 @@
 """The analytic cost model of docs/cost_model.md, driven by a :class:`~cost_models.calibration.Calibration`.
 
 Per CP group of c = u·r ranks (u Ulysses ranks inside, a ring over r outer groups), for one rank, one stage of
-``nl = job.stage_layers(stage)`` layers (Megatron's split, even or not: cost_models.specs.pipeline_split):
+``nl = job.stage_layers(stage)`` layers (Megatron's split, even or not: cost_models.pipeline_split):
 
 * Linear layers (CostTerms.gemm_shapes; cost_models.gemm): each layer's GEMMs by their (M, N, K) after TP/SP
   sharding for (Σ L / c) tokens, forward one GEMM each, backward dgrad and wgrad, at the fitted

@@ -46,7 +46,7 @@ class AnalyticPricing(GroupCostsPricing):
         cost the same when a stage's ranks start on an NVLink-domain boundary, pool · t a multiple of the
         domain's GPUs: then every group's crossings (contiguous or listed members, either links rule) are the
         same at every stage, and nothing else in group_costs reads the stage but its layer count, which differs
-        only at the ends (Megatron's uneven splits: cost_models.specs.pipeline_split; the ends are then their
+        only at the ends (Megatron's uneven splits: cost_models.pipeline_split; the ends are then their
         own classes with CostTerms.lm_head off too). Otherwise (a MoE model: its stages hold different layers;
         groups shifted across a domain boundary) every stage is its own class."""
         cm = self.cost_model

@@ -16,3 +16,9 @@ class InfeasibleError(ValueError):
 
 class CalibrationError(ValueError):
     """A malformed profile table or calibration file."""
+
+
+def require(cond: bool, what: str, value: object, valid: str) -> None:
+    """A :class:`SpecError` naming ``what`` (a field), its value and what would be valid, unless ``cond``."""
+    if not cond:
+        raise SpecError(f"{what} = {value!r} is invalid: {valid}")

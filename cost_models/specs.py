@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dcpsim.cost_models.attention_backends import check_attention_backend
-from dcpsim.cost_models.errors import SpecError
+from dcpsim.cost_models.errors import require
+from dcpsim.cost_models.pipeline_split import check_pipeline_split, pipeline_split
 from dcpsim.cost_models.stragglers import NO_STRAGGLERS, Stragglers
 
 if TYPE_CHECKING:
@@ -41,11 +42,6 @@ JOB_CAPS = {
     "global_batch_tokens": (2**40, "tokens per global batch; 2^40"),
     "pool": (2**14, "ranks per pipeline stage; 2^14, a bound on what the simulator runs"),
 }  # tp, pp and ep are bounded through what they must divide (the NVLink domain, the layers, the pool)
-
-
-def _require(cond: bool, what: str, value: object, valid: str) -> None:
-    if not cond:
-        raise SpecError(f"{what} = {value!r} is invalid: {valid}")
 
 
 @dataclass(frozen=True)
@@ -85,31 +81,31 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for f in ("hidden", "ffn", "layers", "heads", "kv_heads", "head_dim", "vocab"):
             v = getattr(self, f)
-            _require(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"model.{f}", v,
+            require(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"model.{f}", v,
                      "a positive integer")
             cap = MAX_LAYERS if f == "layers" else MAX_MODEL_DIM
-            _require(v <= cap, f"model.{f}", v, f"at most {cap:,} (a cap far above any published model)")
-        _require(self.heads % self.kv_heads == 0, "model.kv_heads", self.kv_heads,
+            require(v <= cap, f"model.{f}", v, f"at most {cap:,} (a cap far above any published model)")
+        require(self.heads % self.kv_heads == 0, "model.kv_heads", self.kv_heads,
                  f"must divide model.heads = {self.heads}")
-        _require(self.mlp in MLP_MATRICES, "model.mlp", self.mlp, f"one of {', '.join(MLP_MATRICES)}")
+        require(self.mlp in MLP_MATRICES, "model.mlp", self.mlp, f"one of {', '.join(MLP_MATRICES)}")
         for f in ("experts", "experts_per_token", "expert_ffn", "shared_expert_ffn"):
             v = getattr(self, f)
-            _require(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"model.{f}", v,
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"model.{f}", v,
                      "an integer ≥ 0")
         object.__setattr__(self, "dense_layers", tuple(sorted(set(self.dense_layers))))
         if self.experts:
-            _require(1 <= self.experts_per_token <= self.experts, "model.experts_per_token",
+            require(1 <= self.experts_per_token <= self.experts, "model.experts_per_token",
                      self.experts_per_token, f"an integer in 1..model.experts = {self.experts}")
-            _require(self.expert_ffn > 0, "model.expert_ffn", self.expert_ffn,
+            require(self.expert_ffn > 0, "model.expert_ffn", self.expert_ffn,
                      "a positive integer in a MoE model (model.experts > 0)")
             bad = [i for i in self.dense_layers if not (isinstance(i, int) and 0 <= i < self.layers)]
-            _require(not bad, "model.dense_layers", list(self.dense_layers),
+            require(not bad, "model.dense_layers", list(self.dense_layers),
                      f"layer indices in 0..{self.layers - 1}")
         else:
             for f in ("experts_per_token", "expert_ffn", "shared_expert_ffn"):
-                _require(getattr(self, f) == 0, f"model.{f}", getattr(self, f),
+                require(getattr(self, f) == 0, f"model.{f}", getattr(self, f),
                          "0 in a dense model (set model.experts > 0 for a MoE model)")
-            _require(not self.dense_layers, "model.dense_layers", list(self.dense_layers),
+            require(not self.dense_layers, "model.dense_layers", list(self.dense_layers),
                      "empty in a dense model")
 
     # ---- structure -------------------------------------------------------------------------------------
@@ -238,19 +234,19 @@ class GPUSpec:
     def __post_init__(self) -> None:
         for f in ("peak_bf16_tflops", "hbm_gb", "hbm_bw_gbs", "nvlink_gbs", "network_gbs"):
             v = getattr(self, f)
-            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf, f"gpu.{f}", v,
+            require(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf, f"gpu.{f}", v,
                      "a positive finite number")
         for f in ("gpus_per_node", "nvlink_domain", "nics_per_node"):
             v = getattr(self, f)
-            _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"gpu.{f}", v,
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"gpu.{f}", v,
                      "a positive integer")
-        _require(self.nvlink_domain % self.gpus_per_node == 0, "gpu.nvlink_domain", self.nvlink_domain,
+        require(self.nvlink_domain % self.gpus_per_node == 0, "gpu.nvlink_domain", self.nvlink_domain,
                  f"a multiple of gpu.gpus_per_node = {self.gpus_per_node} (a domain is a whole number of nodes)")
         if self.nic_gbs is not None:
             v = self.nic_gbs
-            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf, "gpu.nic_gbs",
+            require(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf, "gpu.nic_gbs",
                      v, "a positive finite number (the NIC's line rate in 10^9 bytes/s)")
-            _require(self.network_gbs <= v, "gpu.network_gbs", self.network_gbs,
+            require(self.network_gbs <= v, "gpu.network_gbs", self.network_gbs,
                      f"at most the NIC line rate gpu.nic_gbs = {v:g} (it is NCCL's bandwidth over one NIC)")
 
     @property
@@ -261,42 +257,6 @@ class GPUSpec:
     def nics_per_domain(self) -> int:
         """Scale-out NICs of one NVLink domain (PXN lets a GPU use any of them over NVLink)."""
         return self.nics_per_node * self.nodes_per_domain
-
-
-def pipeline_split(layers: int, pp: int, vpp: int = 1, account_for_embedding: bool = False,
-                   account_for_loss: bool = False, first: int | None = None,
-                   last: int | None = None) -> tuple[tuple[int, ...], ...]:
-    """Transformer layers of chunk c of pipeline rank r, ``[r][c]``, as Megatron-Core builds them
-    (megatron/core/transformer/transformer_block.py, ``get_num_layers_to_build``; the layers' order,
-    transformer_layer.py ``get_transformer_layer_offset``, is that of the virtual stages k = c·p + r):
-
-    * no option: layers / (p · V) per virtual stage;
-    * ``account_for_embedding`` / ``account_for_loss`` (TransformerConfig ``account_for_embedding_in_pipeline_split``
-      / ``account_for_loss_in_pipeline_split``): the embedding (loss) counts as one layer, so every virtual stage
-      has (layers + e + l) / (p · V) slots, and the first virtual stage (chunk 0 of rank 0) builds one transformer
-      layer fewer, the last (chunk V − 1 of rank p − 1) one fewer;
-    * ``first`` / ``last`` (``num_layers_in_first_pipeline_stage`` / ``num_layers_in_last_pipeline_stage``,
-      Megatron-LM's ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``): rank 0
-      (p − 1) holds ``first`` (``last``) layers, the other ranks share the rest evenly; each rank's layers are
-      split evenly over its V chunks.
-
-    The layout is assumed valid (:class:`JobSpec` checks Megatron's divisibility rules)."""
-    if first is not None or last is not None:
-        stages = pp - (first is not None) - (last is not None)
-        middle = layers - (first or 0) - (last or 0)
-        per_rank = [middle // stages if stages else 0] * pp
-        if first is not None:
-            per_rank[0] = first
-        if last is not None:
-            per_rank[-1] = last
-        return tuple((n // vpp,) * vpp for n in per_rank)
-    slots = (layers + account_for_embedding + account_for_loss) // (pp * vpp)
-    table = [[slots] * vpp for _ in range(pp)]
-    if account_for_embedding:
-        table[0][0] -= 1
-    if account_for_loss:
-        table[pp - 1][vpp - 1] -= 1
-    return tuple(tuple(row) for row in table)
 
 
 @dataclass(frozen=True)
@@ -351,7 +311,7 @@ class JobSpec:
     # optimizer dcpsim always assumes (cost_models.dp_overlap).
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
-    # Megatron-Core's uneven pipeline split (TransformerConfig fields of the same names; :func:`pipeline_split`):
+    # Megatron-Core's uneven pipeline split (TransformerConfig fields of the same names; cost_models.pipeline_split):
     # the embedding (loss) counts as one layer of the first (last) virtual stage, or the first (last) pipeline
     # stage holds the given number of transformer layers. All off: layers / (pp · vpp) per virtual stage.
     account_for_embedding_in_pipeline_split: bool = False
@@ -362,124 +322,79 @@ class JobSpec:
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "pool", "context_len", "global_batch_tokens", "ep"):
             v = getattr(self, f)
-            _require(isinstance(v, int) and v >= 1, f"job.{f}", v, "a positive integer")
+            require(isinstance(v, int) and v >= 1, f"job.{f}", v, "a positive integer")
             cap = JOB_CAPS.get(f)
             if cap is not None:
-                _require(v <= cap[0], f"job.{f}", v, f"at most {cap[0]:,} ({cap[1]})")
-        _require(self.model.heads % self.tp == 0, "job.tp", self.tp,
+                require(v <= cap[0], f"job.{f}", v, f"at most {cap[0]:,} ({cap[1]})")
+        require(self.model.heads % self.tp == 0, "job.tp", self.tp,
                  f"must divide model.heads = {self.model.heads}")
-        _require(self.model.kv_heads % self.tp == 0 or self.tp % self.model.kv_heads == 0, "job.tp", self.tp,
+        require(self.model.kv_heads % self.tp == 0 or self.tp % self.model.kv_heads == 0, "job.tp", self.tp,
                  f"must divide model.kv_heads = {self.model.kv_heads} or be a multiple of it")
-        _require(isinstance(self.vpp, int) and self.vpp >= 1, "job.vpp", self.vpp, "a positive integer")
+        require(isinstance(self.vpp, int) and self.vpp >= 1, "job.vpp", self.vpp, "a positive integer")
         if self.vpp > 1:  # Megatron: interleaving needs pp > 1
-            _require(self.pp >= 2, "job.vpp", self.vpp, f"1 at job.pp = {self.pp} (interleaving needs pp ≥ 2)")
-        self._check_split()
-        object.__setattr__(self, "_split", pipeline_split(
-            self.model.layers, self.pp, self.vpp, self.account_for_embedding_in_pipeline_split,
-            self.account_for_loss_in_pipeline_split, self.num_layers_in_first_pipeline_stage,
-            self.num_layers_in_last_pipeline_stage))
-        _require(self.tp <= self.gpu.nvlink_domain and self.gpu.nvlink_domain % self.tp == 0, "job.tp", self.tp,
+            require(self.pp >= 2, "job.vpp", self.vpp, f"1 at job.pp = {self.pp} (interleaving needs pp ≥ 2)")
+        split = (self.model.layers, self.pp, self.vpp, self.account_for_embedding_in_pipeline_split,
+                 self.account_for_loss_in_pipeline_split, self.num_layers_in_first_pipeline_stage,
+                 self.num_layers_in_last_pipeline_stage)
+        check_pipeline_split(*split)
+        object.__setattr__(self, "_split", pipeline_split(*split))
+        require(self.tp <= self.gpu.nvlink_domain and self.gpu.nvlink_domain % self.tp == 0, "job.tp", self.tp,
                  f"must divide gpu.nvlink_domain = {self.gpu.nvlink_domain} (TP stays inside an NVLink domain)")
-        _require(self.memory_reserve_gb >= 0, "job.memory_reserve_gb", self.memory_reserve_gb, "≥ 0")
-        _require(isinstance(self.tp_comm_overlap, (int, float)) and 0.0 <= self.tp_comm_overlap <= 1.0,
+        require(self.memory_reserve_gb >= 0, "job.memory_reserve_gb", self.memory_reserve_gb, "≥ 0")
+        require(isinstance(self.tp_comm_overlap, (int, float)) and 0.0 <= self.tp_comm_overlap <= 1.0,
                  "job.tp_comm_overlap", self.tp_comm_overlap, "a fraction between 0 (exposed) and 1 (hidden)")
         check_attention_backend(self.attention_backend, "job.attention_backend")
-        _require(self.recompute in RECOMPUTE_MODES, "job.recompute", self.recompute,
+        require(self.recompute in RECOMPUTE_MODES, "job.recompute", self.recompute,
                  f"one of {', '.join(RECOMPUTE_MODES)}")
-        _require(self.recompute_method in RECOMPUTE_METHODS, "job.recompute_method", self.recompute_method,
+        require(self.recompute_method in RECOMPUTE_METHODS, "job.recompute_method", self.recompute_method,
                  f"one of {', '.join(RECOMPUTE_METHODS)}")
         if self.recompute_layers is not None:
-            _require(self.recompute == "full", "job.recompute_layers", self.recompute_layers,
+            require(self.recompute == "full", "job.recompute_layers", self.recompute_layers,
                      "unset unless job.recompute = 'full' (Megatron: --recompute-num-layers goes with full)")
-            _require(isinstance(self.recompute_layers, int) and not isinstance(self.recompute_layers, bool)
+            require(isinstance(self.recompute_layers, int) and not isinstance(self.recompute_layers, bool)
                      and 1 <= self.recompute_layers <= self.max_chunk_layers, "job.recompute_layers",
                      self.recompute_layers, f"an integer in 1..{self.max_chunk_layers} (the layers of the largest "
                      "model chunk)")
         for f in ("grad_reduce_in_fp32", "overlap_grad_reduce", "overlap_param_gather"):
-            _require(isinstance(getattr(self, f), bool), f"job.{f}", getattr(self, f), "true or false")
-        _require(self.overlap_grad_reduce or not self.overlap_param_gather, "job.overlap_param_gather", True,
+            require(isinstance(getattr(self, f), bool), f"job.{f}", getattr(self, f), "true or false")
+        require(self.overlap_grad_reduce or not self.overlap_param_gather, "job.overlap_param_gather", True,
                  "false unless job.overlap_grad_reduce is true (Megatron: --overlap-param-gather needs "
                  "--overlap-grad-reduce)")
-        _require(self.moe_dispatcher in MOE_DISPATCHERS, "job.moe_dispatcher", self.moe_dispatcher,
+        require(self.moe_dispatcher in MOE_DISPATCHERS, "job.moe_dispatcher", self.moe_dispatcher,
                  f"one of {', '.join(MOE_DISPATCHERS)}")
         if self.etp is not None:
-            _require(isinstance(self.etp, int) and not isinstance(self.etp, bool) and self.etp >= 1, "job.etp",
+            require(isinstance(self.etp, int) and not isinstance(self.etp, bool) and self.etp >= 1, "job.etp",
                      self.etp, "a positive integer")
-            _require(self.model.is_moe or self.etp == self.tp, "job.etp", self.etp,
+            require(self.model.is_moe or self.etp == self.tp, "job.etp", self.etp,
                      f"unset or = job.tp = {self.tp} for the dense model {self.model.name!r} (it has no experts)")
-            _require(self.gpu.nvlink_domain % self.etp == 0, "job.etp", self.etp,
+            require(self.gpu.nvlink_domain % self.etp == 0, "job.etp", self.etp,
                      f"must divide gpu.nvlink_domain = {self.gpu.nvlink_domain} (expert TP stays inside an "
                      "NVLink domain, as TP does)")
             if self.model.is_moe:
-                _require(self.model.expert_ffn % self.etp == 0, "job.etp", self.etp,
+                require(self.model.expert_ffn % self.etp == 0, "job.etp", self.etp,
                          f"must divide model.expert_ffn = {self.model.expert_ffn} (Megatron shards each expert's "
                          "FFN over ETP)")
         if self.ep > 1:
-            _require(self.model.is_moe, "job.ep", self.ep, f"1 for the dense model {self.model.name!r} "
+            require(self.model.is_moe, "job.ep", self.ep, f"1 for the dense model {self.model.name!r} "
                      "(expert parallelism needs a MoE model)")
         if self.model.is_moe:  # Megatron-Core parallel_state: the expert world etp·ep·edp is the stage's tp·cp·dp
             world, ew = self.tp * self.pool, self.expert_tp * self.ep
-            _require(world % self.expert_tp == 0, "job.etp", self.expert_tp,
+            require(world % self.expert_tp == 0, "job.etp", self.expert_tp,
                      f"a divisor of tp · pool = {world} (Megatron: ETP x EP must divide TP x CP x DP)")
             valid_ep = [e for e in range(1, world // self.expert_tp + 1)
                         if world % (self.expert_tp * e) == 0 and self.model.experts % e == 0]
-            _require(world % ew == 0, "job.ep", self.ep,
+            require(world % ew == 0, "job.ep", self.ep,
                      f"must make etp · ep = {self.expert_tp} · {self.ep} divide tp · pool = {world} (Megatron: the "
                      f"expert model-parallel world ETP x EP divides TP x CP x DP); valid ep at etp = "
                      f"{self.expert_tp}: {', '.join(map(str, valid_ep))}")
-        _require(self.model.experts % self.ep == 0 or self.ep == 1, "job.ep", self.ep,
+        require(self.model.experts % self.ep == 0 or self.ep == 1, "job.ep", self.ep,
                  f"must divide model.experts = {self.model.experts}")
         if self.max_tokens_per_rank is not None:
-            _require(self.max_tokens_per_rank >= 1, "job.max_tokens_per_rank", self.max_tokens_per_rank,
+            require(self.max_tokens_per_rank >= 1, "job.max_tokens_per_rank", self.max_tokens_per_rank,
                      "a positive integer")
-        _require(isinstance(self.stragglers, Stragglers), "job.stragglers", self.stragglers,
+        require(isinstance(self.stragglers, Stragglers), "job.stragglers", self.stragglers,
                  "a cost_models.stragglers.Stragglers")
         self.stragglers.check(self.pp, self.pool, self.tp, "job.stragglers")
-
-    def _check_split(self) -> None:
-        """Megatron's rules for the layers of every (virtual) pipeline stage, each refused in one line
-        (Megatron-Core transformer_config.py, ``TransformerConfig.__post_init__``, "Uneven PP" and the
-        account_for_* branch; Megatron-LM megatron/training/arguments.py, the same divisibility asserts)."""
-        L, p, v = self.model.layers, self.pp, self.vpp
-        emb, loss = self.account_for_embedding_in_pipeline_split, self.account_for_loss_in_pipeline_split
-        first, last = self.num_layers_in_first_pipeline_stage, self.num_layers_in_last_pipeline_stage
-        for f in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
-            _require(isinstance(getattr(self, f), bool), f"job.{f}", getattr(self, f), "true or false")
-        for f, n in (("num_layers_in_first_pipeline_stage", first), ("num_layers_in_last_pipeline_stage", last)):
-            if n is None:
-                continue
-            _require(not (emb or loss), f"job.{f}", n, "unset when account_for_embedding_in_pipeline_split or "
-                     "account_for_loss_in_pipeline_split is true (Megatron-Core: not both kinds of uneven split)")
-            _require(isinstance(n, int) and not isinstance(n, bool) and n >= 1, f"job.{f}", n,
-                     "a positive integer (Megatron-Core: must be larger than 0)")
-            _require(p >= 2, f"job.{f}", n, f"unset at job.pp = {p} (an uneven split needs pp ≥ 2)")
-            _require(n % v == 0, f"job.{f}", n, f"a multiple of job.vpp = {v} (whole layers per model chunk)")
-        if first is not None or last is not None:
-            what = "job.num_layers_in_first_pipeline_stage" if first is not None else \
-                "job.num_layers_in_last_pipeline_stage"
-            value = first if first is not None else last
-            stages = p - (first is not None) - (last is not None)
-            middle = L - (first or 0) - (last or 0)
-            _require(middle >= 0, what, value, f"first + last at most model.layers = {L}")
-            _require(bool(middle) == bool(stages), what, value,
-                     f"leaves {middle} layers for {stages} middle stages (Megatron-Core: both or neither)")
-            if stages:
-                _require(middle % stages == 0, what, value, f"leaves {middle} layers, not a multiple of the "
-                         f"{stages} middle stages")
-                _require((middle // stages) % v == 0, what, value, f"leaves {middle // stages} layers per middle "
-                         f"stage, not a multiple of job.vpp = {v}")
-            return
-        if emb or loss:
-            n = L + emb + loss
-            why = " and ".join(f for f, on in (("account_for_embedding_in_pipeline_split", emb),
-                                                ("account_for_loss_in_pipeline_split", loss)) if on)
-            _require(n % p == 0, "job.pp", p, f"must divide model.layers + {n - L} = {n} ({why}: each counts as "
-                     "a layer)")
-            _require((n // p) % v == 0, "job.vpp", v, f"must divide (model.layers + {n - L}) / pp = {n // p} ({why})")
-            return
-        _require(L % p == 0, "job.pp", p, f"must divide model.layers = {L}")
-        if v > 1:
-            _require(L % (p * v) == 0, "job.vpp", v, f"pp · vpp = {p * v} must divide model.layers = {L}")
 
     def slowdown(self) -> np.ndarray:
         """[pp, pool] each (stage, pool rank)'s compute slow-down factor ≥ 1 (all ones without stragglers)."""
@@ -499,7 +414,7 @@ class JobSpec:
         """EDP: the stage's tp · pool GPUs / (ETP · EP), the ranks an expert's gradients are reduced over."""
         return self.tp * self.pool // (self.expert_tp * self.ep)
 
-    # ---- the pipeline split (:func:`pipeline_split`, computed once in __post_init__) ------------------------
+    # ---- the pipeline split (cost_models.pipeline_split, computed once in __post_init__) -------------------
     @property
     def split(self) -> tuple[tuple[int, ...], ...]:
         """Transformer layers of chunk c of pipeline rank r, ``split[r][c]`` (virtual stage c·p + r)."""

@@ -13,7 +13,7 @@ rank (the DP wait), then runs the gradient sync and the optimizer step; the iter
 done.
 
 Interleaving (V > 1): virtual stage k = c·p + r is chunk c of rank r and holds ``job.chunk_layers(r, c)`` layers
-(layers / (p·V) unless Megatron's split is uneven: cost_models.specs.pipeline_split). It is priced as its share
+(layers / (p·V) unless Megatron's split is uneven: cost_models.pipeline_split). It is priced as its share
 of rank r's physical stage (``group_costs(groups, r)``) without the pipeline's ends, ``job.chunk_shares(r)``
 (1/V for an even split, else its layers over the rank's), plus the
 input embedding on virtual stage 0 and the LM head and loss on virtual stage p·V − 1 (the cost model's

@@ -111,7 +111,7 @@ def add_scenario_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_split_arguments(g) -> None:
-    """Megatron-Core's uneven pipeline split, with Megatron's spelling (cost_models.specs.pipeline_split)."""
+    """Megatron-Core's uneven pipeline split, with Megatron's spelling (cost_models.pipeline_split)."""
     g.add_argument("--account-for-embedding-in-pipeline-split", action="store_true", default=None,
                    help="the embedding counts as one layer of the first virtual stage, which builds one transformer "
                         "layer fewer; pp · V must then divide layers + 1 (+ 1 more with the loss; default off)")

@@ -33,7 +33,7 @@ class Scenario:
     tp: int = 1
     pp: int = 4
     vpp: int = 1  # virtual stages per pipeline rank (V > 1: interleaved 1F1B, policies.pipeline_order)
-    # Megatron-Core's uneven pipeline split (cost_models.specs.pipeline_split): the embedding / the loss count as
+    # Megatron-Core's uneven pipeline split (cost_models.pipeline_split): the embedding / the loss count as
     # one layer each; or the first / last pipeline stage's transformer layers (0: unset, an even split)
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
@@ -145,7 +145,7 @@ class Scenario:
 
 DEFAULT_SCENARIO = Scenario()
 # Megatron training-step settings (cost_models.recompute, dp_overlap), MoE layout settings (cost_models.moe) and
-# the pipeline split (cost_models.specs.pipeline_split): left out of outputs at their defaults
+# the pipeline split (cost_models.pipeline_split): left out of outputs at their defaults
 STEP_FIELDS = ("recompute", "recompute_method", "recompute_layers", "overlap_grad_reduce", "overlap_param_gather",
                "grad_reduce_in_fp32", "etp", "moe_dispatcher", "account_for_embedding_in_pipeline_split",
                "account_for_loss_in_pipeline_split", "num_layers_in_first_pipeline_stage",

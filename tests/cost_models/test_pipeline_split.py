@@ -1,4 +1,4 @@
-"""Megatron-Core's pipeline split (cost_models.specs.pipeline_split, JobSpec.split): the transformer layers of
+"""Megatron-Core's pipeline split (cost_models.pipeline_split, JobSpec.split): the transformer layers of
 every virtual stage in closed form, Megatron's layout rules refused in one line, and the time and memory of a
 stage following its layers."""
 
@@ -18,7 +18,7 @@ from dcpsim.cost_models.memory import (
     model_state_bytes,
     state_bytes_per_param,
 )
-from dcpsim.cost_models.specs import pipeline_split
+from dcpsim.cost_models.pipeline_split import pipeline_split
 from dcpsim.policies import create_policy
 from dcpsim.policies.flatten import flatten
 from dcpsim.sim.simulate import peak_tokens_in_flight, simulate_plan
