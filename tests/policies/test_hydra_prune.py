@@ -36,11 +36,12 @@ def _spied(monkeypatch, cut: bool = True) -> dict:
     """Spies on HyDra's best-first drafting: every structure's bounds (a quarter through phase A, and at its end
     when asked), the structures made and filled, and each filled structure's score. ``cut=False``: every bound
     reads −inf, so every candidate is filled, in list order (the plain loop the cut replaces)."""
-    rec: dict = {"bounds": {}, "made": 0, "filled": 0, "layout_of": {}, "score": {}}
+    rec: dict = {"bounds": {}, "made": 0, "filled": 0, "layout_of": {}, "score": {}, "alive": []}
     bound, structure, finish, order = (hydra.HyDra._structure_bound, hydra.structure, hydra.finish,
                                        hydra.HyDra._order)
 
     def spy_bound(self, st, *a):
+        rec["alive"].append(st)  # keyed by id(): a freed structure's id could be reused by the next one
         rec["bounds"].setdefault(id(st), []).append(bound(self, st, *a))
         return rec["bounds"][id(st)][-1] if cut else -np.inf
 
@@ -51,6 +52,7 @@ def _spied(monkeypatch, cut: bool = True) -> dict:
     def spy_finish(st, *a):
         rec["filled"] += 1
         out = finish(st, *a)
+        rec["alive"] += [st, out]
         rec["layout_of"][id(out)] = id(st)
         return out
 
