@@ -176,8 +176,7 @@ def group_engines(layout: Layout, job: JobSpec, pricer: Pricer, cp_engine: str) 
     sg = layout.seq_group[seq]
     cells = U[sg]
     valid = (cells >= 0).reshape(-1)
-    work = pricer.work(np.repeat(seq, width)[valid], np.repeat(layout.size[sg], width)[valid],
-                       cells.reshape(-1)[valid])
+    work = pricer.work(np.repeat(seq, width)[valid], np.repeat(layout.size[sg], width)[valid], cells.reshape(-1)[valid])
     cell_of = (sg[:, None] * width + np.arange(width)).reshape(-1)[valid]
     # a group's load at each option: its sequences' work summed in placement order, plus the option's overhead
     # (+inf past the group's last option)

@@ -42,8 +42,7 @@ def _schedule(m: int, p: int) -> tuple[np.ndarray, ...]:
     prev_a[::n2] = -1
     # a forward waits for the stage before's forward; a backward for the stage after's backward, or on the
     # last stage for its own forward
-    dep_a = np.where(phase == 0,
-                     np.where(stage > 0, idx[np.maximum(stage - 1, 0), key], -1),
+    dep_a = np.where(phase == 0, np.where(stage > 0, idx[np.maximum(stage - 1, 0), key], -1),
                      np.where(stage < p - 1, idx[np.minimum(stage + 1, p - 1), key], idx[stage, mb]))
     # Longest-path levels: each stage's operations in its order, as far as their dependencies are placed, round
     # after round over the stages (the schedule never deadlocks, so every round places some).
@@ -90,6 +89,12 @@ def makespans(heights: np.ndarray, p: int, phi: float = FORWARD_FRACTION,
     for a, b in zip(edges[:-1], edges[1:]):  # per level: end = max(end[dependency], end[previous]) + duration
         end[a:b] = np.maximum(end[dep[a:b]], end[prev[a:b]]) + dur[a:b]
     return np.maximum(end.max(axis=0), 0.0)
+
+
+def makespan_floor(h: np.ndarray, p: int) -> float:
+    """≤ :func:`makespans` of heights ``h`` in any order: Σh + (p − 1)·min h (the last stage runs every F + B, after
+    p − 1 forwards upstream and before its last backward's p − 1 upstream: (p − 1)·(φ·h_first + (1 − φ)·h_last))."""
+    return float(h.sum() + (p - 1) * h.min()) if len(h) else 0.0
 
 
 def _all_orders(heights: np.ndarray, heavy: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -208,8 +208,7 @@ def structure(*, pool: int, budget: float, tau: float, tol: float, aligned: bool
         pk.short += h is not None and h < tau
     big = np.flatnonzero(~heavy & ~is_fill)  # phase A
     big = big[np.lexsort((order_key[big], -shares[big], -sizes[big]))]
-    items = list(zip(big.tolist(), sizes[big].tolist(), ulysses[big].tolist(), shares[big].tolist(),
-                     tok[big].tolist()))
+    items = list(zip(big.tolist(), sizes[big].tolist(), ulysses[big].tolist(), shares[big].tolist(), tok[big].tolist()))
     pk.structure(items[:len(items) // 4])  # the largest groups first: a quarter tells most (docs/hydra.md §5)
     small = np.flatnonzero(is_fill)  # phase B, largest share first, ties by id
     small = small[np.lexsort((order_key[small], -shares[small]))]

@@ -233,8 +233,7 @@ class HyDra:
                stage_scale: np.ndarray | None = None) -> tuple[list[int], list[int], float]:
         """The microbatches' run order by the 1F1B recurrence: their keys (placement numbering), the order
         (indices into keys) and the makespan of their heights (each the tallest group's load) in that order."""
-        keys, ends = self._run_keys(sorted_unique(layout.mb).tolist(), layout.caps, layout.heavy_mbs, tau,
-                                    n_profile)
+        keys, ends = self._run_keys(sorted_unique(layout.mb).tolist(), layout.caps, layout.heavy_mbs, tau, n_profile)
         height = _heights(keys, len(layout.caps), layout.mb, layout.load)
         is_heavy = np.asarray(keys) < layout.heavy_mbs
         order, score = best_order(height, is_heavy, pp, ends) if keys else ([], 0.0)
@@ -308,10 +307,8 @@ class HyDra:
             col_meta["columns_s"] = (float(makespans(mirrored.T, pp, stage_scale=stage_scale).max())
                                      if len(keys) else 0.0)
         return make_plan(
-            self.name, W, mbs,
-            target_s=choice.tau, tolerance=self.tolerance, num_microbatches=len(keys),
+            self.name, W, mbs, target_s=choice.tau, tolerance=self.tolerance, num_microbatches=len(keys),
             chosen_microbatches=choice.m_light + choice.m_heavy, heavy_sequences=draft.n_heavy,
             heavy_microbatches=layout.heavy_mbs, microbatch_caps_s=caps, max_tokens_per_rank=M,
-            estimate_s=choice.estimate_s, recurrence_s=draft.score, degrees=self.degrees,
-            stage_scale=None if stage_scale is None else [float(x) for x in stage_scale],
-            cp_engine=self.cp_engine, **col_meta)
+            estimate_s=choice.estimate_s, recurrence_s=draft.score, degrees=self.degrees, cp_engine=self.cp_engine,
+            stage_scale=None if stage_scale is None else [float(x) for x in stage_scale], **col_meta)

@@ -64,12 +64,10 @@ def stage_times(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cos
 def group_overhead(sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel) -> np.ndarray:
     """Fixed time (s) of a group of ``sizes`` ranks with engine ``ulysses``: its cost at zero tokens at the
     heaviest stage, extrapolated from probes of 1 and 2 tokens (never negative; ``Pricing.group_overhead``)."""
-    return pricing_of(cost_model).group_overhead(np.asarray(sizes, dtype=np.int64),
-                                                 np.asarray(ulysses, dtype=np.int64))
+    return pricing_of(cost_model).group_overhead(np.asarray(sizes, dtype=np.int64), np.asarray(ulysses, dtype=np.int64))
 
 
-def sequence_work(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray,
-                  cost_model: CostModel) -> np.ndarray:
+def sequence_work(lengths: np.ndarray, sizes: np.ndarray, ulysses: np.ndarray, cost_model: CostModel) -> np.ndarray:
     """Per-rank work (s) of each sequence in a group of ``sizes`` ranks with engine ``ulysses``: its time
     alone minus the group's fixed overhead (module docstring). Elementwise over the three arrays."""
     iso = stage_times(np.asarray(lengths, dtype=np.int64), sizes, ulysses, cost_model)
